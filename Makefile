@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Each creates its own virtual environment (.venv) and installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+# The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: venv demo test test-fast clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# A real small pretraining on CPU on the embedded Korean corpus (see README).
+demo: $(STAMP)
+	$(VENV)/bin/kjax demo --workdir runs/demo
+
+test: $(STAMP)
+	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --durations=10
+
+# Everything but the tests marked slow.
+test-fast: $(STAMP)
+	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 -m "not slow"
+
+clean:
+	rm -rf runs build *.egg-info

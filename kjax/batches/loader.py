@@ -1,0 +1,100 @@
+"""Examples → fixed-shape batches with grain.
+
+Train: ArrayRecord shards read lazily (random access, nothing held in RAM),
+a global shuffle by index permutation reseeded every epoch, per-process
+slicing, dynamic masking, padding to fixed shapes and batching. The
+iterator's state (a position, as JSON) goes into every checkpoint.
+
+Dynamic masking draws from grain's per-record generator, which is a function
+of (seed, global record index): the masks after a resume are the masks an
+uninterrupted run would have drawn.
+"""
+from __future__ import annotations
+
+import grain
+import numpy as np
+
+from kjax.examples import records
+from kjax.examples.masking import choose_masks
+from kjax.examples.prepare import mask_unit_key
+from kjax.tokens.sentencepiece import PAD
+
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions", "mlm_ids",
+                "mlm_weights", "nsp_labels", "nsp_weights")
+
+
+class DynamicMask(grain.transforms.RandomMap):
+    def __init__(self, config):
+        self.d, self.vocab_size = config.data, config.model.vocab_size
+        self.unit_key = mask_unit_key(config)
+
+    def random_map(self, example, rng: np.random.Generator):
+        masked, positions, targets = choose_masks(
+            example["input_ids"], example[self.unit_key] if self.unit_key else None,
+            example["word_ids"] >= 0, rng, self.d.masked_lm_prob,
+            self.d.max_predictions_per_seq, self.vocab_size)
+        return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
+
+
+def pad_example(example: dict, max_seq_len: int, max_predictions: int) -> dict:
+    """Variable-length example → fixed shapes (what jit needs)."""
+    n, p = len(example["input_ids"]), len(example["mlm_positions"])
+    if n > max_seq_len or p > max_predictions:
+        raise ValueError(f"example of {n} tokens / {p} predictions exceeds max_seq_len="
+                         f"{max_seq_len} / max_predictions_per_seq={max_predictions}; "
+                         f"prepare the data again with the current config")
+
+    def pad(x, size, value=0):
+        return np.pad(np.asarray(x, np.int32), (0, size - len(x)), constant_values=value)
+
+    return {
+        "input_ids": pad(example["input_ids"], max_seq_len, PAD),
+        "token_type_ids": pad(example["token_type_ids"], max_seq_len),
+        "attention_mask": pad(np.ones(n, np.int32), max_seq_len),
+        "mlm_positions": pad(example["mlm_positions"], max_predictions),
+        "mlm_ids": pad(example["mlm_ids"], max_predictions),
+        "mlm_weights": pad(np.ones(p, np.float32), max_predictions).astype(np.float32),
+        "nsp_labels": np.asarray(example["nsp_label"], np.int32),
+        "nsp_weights": np.asarray(1.0, np.float32),
+    }
+
+
+def train_dataset(config, process_index: int = 0, process_count: int = 1) -> grain.IterDataset:
+    d, batch = config.data, config.train.batch_size
+    if batch % process_count:
+        raise ValueError(f"train.batch_size={batch} is not divisible by {process_count} processes")
+    source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "train"))
+    ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
+          [process_index::process_count].repeat(None).map(records.decode_example))
+    if d.masking == "dynamic":
+        ds = ds.random_map(DynamicMask(config))
+    ds = ds.map(lambda ex: pad_example(ex, d.max_seq_len, d.max_predictions_per_seq))
+    ds = ds.batch(batch // process_count, drop_remainder=True)
+    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2,
+                                                prefetch_buffer_size=config.train.prefetch))
+
+
+def eval_batches(config, batch_size: int, max_batches: int, process_index: int = 0,
+                 process_count: int = 1):
+    """The held-out examples (statically masked at prepare), in order; the last
+    batch is filled with zero-weight rows so every example counts once."""
+    d = config.data
+    source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "eval"))
+    local = batch_size // process_count
+    indices = range(process_index, len(source), process_count)
+    rows = []
+    for i in indices:
+        rows.append(pad_example(records.decode_example(source[i]), d.max_seq_len,
+                                d.max_predictions_per_seq))
+        if len(rows) == local:
+            yield stack(rows)
+            rows, max_batches = [], max_batches - 1
+            if max_batches == 0:
+                return
+    if rows:
+        filler = {k: np.zeros_like(v) for k, v in rows[0].items()}
+        yield stack(rows + [filler] * (local - len(rows)))
+
+
+def stack(rows: list[dict]) -> dict:
+    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}

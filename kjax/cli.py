@@ -1,0 +1,150 @@
+"""`kjax` command line. Every verb takes `--config FILE` (a Python file from
+tpu_configs/) and any number of `--config.key=value` overrides.
+
+    kjax tokenizer train --config tpu_configs/demo.py
+    kjax prepare         --config tpu_configs/demo.py [--workers N]
+    kjax train           --config tpu_configs/demo.py --workdir runs/demo
+    kjax eval            --config tpu_configs/demo.py --workdir runs/demo [--step N]
+    kjax demo            --workdir runs/demo     (all of the above on the demo corpus)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from kjax.errors import KjaxError
+
+DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "tpu_configs", "demo.py")
+
+
+def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--config", required=required, help="Python config file (tpu_configs/*.py)")
+    p.add_argument("overrides", nargs="*", default=[], metavar="--config.KEY=VALUE",
+                   help="override any config key, e.g. --config.train.num_steps=1000")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kjax", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    tok = verbs.add_parser("tokenizer", help="train a tokenizer vocabulary")
+    tok_verbs = tok.add_subparsers(dest="tokenizer_verb", required=True, metavar="ACTION")
+    tt = tok_verbs.add_parser("train", help="train the vocabulary of tokenizer.scheme on "
+                              "data.corpus; writes tokenizer.path(.model/.vocab)")
+    _add_config(tt)
+
+    prep = verbs.add_parser("prepare", help="corpus → NSP/MLM examples as ArrayRecord shards "
+                            "in data.dir (streamed; a killed job resumes)")
+    _add_config(prep)
+    prep.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+
+    tr = verbs.add_parser("train", help="pretrain (MLM + NSP); resumes from the latest "
+                          "checkpoint in --workdir")
+    _add_config(tr)
+    tr.add_argument("--workdir", required=True, help="checkpoints, metrics, TensorBoard, plots")
+
+    ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
+                          "held-out examples")
+    _add_config(ev)
+    ev.add_argument("--workdir", required=True)
+    ev.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+
+    demo = verbs.add_parser("demo", help="tokenizer + prepare + train + eval of the tiny model "
+                            "on the embedded Korean corpus (what `make demo` runs)")
+    _add_config(demo, required=False)
+    demo.add_argument("--workdir", default="runs/demo")
+    return parser
+
+
+def _split_overrides(args, parser) -> list[str]:
+    bad = [o for o in args.overrides if not o.startswith("--config.")]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides look like "
+                     f"--config.train.num_steps=100)")
+    return args.overrides
+
+
+def _load(args, parser):
+    from kjax.config import load_config
+    return load_config(args.config or DEMO_CONFIG, _split_overrides(args, parser))
+
+
+def _print(result: dict) -> None:
+    print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+
+
+def run(argv: list[str]) -> int:
+    parser = build_parser()
+    # Overrides may come anywhere after the verb; argparse sees them as positionals.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if hasattr(args, "overrides"):
+            args.overrides = list(args.overrides) + unknown
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    config = _load(args, parser)
+    if args.verb in ("train", "eval", "demo"):
+        from kjax.parallel.mesh import maybe_initialize_distributed
+        maybe_initialize_distributed()
+    if args.verb == "tokenizer":
+        from kjax.tokens.factory import train_tokenizer
+        path, stats = train_tokenizer(config)
+        print(f"tokenizer written to {path}\ncorpus: {stats.summary()}")
+    elif args.verb == "prepare":
+        from kjax.examples.prepare import prepare
+        _print(prepare(config, num_workers=args.workers))
+    elif args.verb == "train":
+        from kjax.train.trainer import train
+        _print(train(config, args.workdir))
+    elif args.verb == "eval":
+        from kjax.train.trainer import evaluate
+        _print(evaluate(config, args.workdir, args.step))
+    elif args.verb == "demo":
+        run_demo(config, args.workdir)
+    return 0
+
+
+def run_demo(config, workdir: str) -> None:
+    from kjax.examples.prepare import prepare
+    from kjax.tokens.factory import train_tokenizer
+    from kjax.train.metrics import read_metrics
+    from kjax.train.trainer import train
+    import shutil
+    start = time.time()
+    # The demo always starts from scratch: fresh vocabulary, examples and run.
+    for stale in (config.data.dir, workdir):
+        shutil.rmtree(stale, ignore_errors=True)
+    path, stats = train_tokenizer(config)
+    print(f"[1/3] tokenizer {path} on {stats.summary()}")
+    meta = prepare(config)
+    print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
+          f"in {config.data.dir}")
+    result = train(config, workdir)
+    curve = [r for r in read_metrics(workdir) if r["split"] == "train"]
+    print("[3/3] training loss (MLM + NSP) by step:")
+    for r in curve:
+        print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  mlm_acc {r['mlm_accuracy']:.3f}  "
+              f"nsp_acc {r['nsp_accuracy']:.3f}")
+    if len(curve) >= 2:
+        print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
+              f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "
+              f"(vs {result['peak_source']})")
+    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}; "
+          f"demo took {time.time() - start:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except KjaxError as e:
+        print(f"kjax: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

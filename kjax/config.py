@@ -1,0 +1,199 @@
+"""One config tree for every verb (MaxText style), written as Python files in
+`tpu_configs/` (big_vision style: `get_config()` returns a ConfigDict).
+
+`load_config(path, overrides)` reads the file, applies `--config.a.b=value`
+overrides and validates the result before anything is compiled, so a typo
+costs a one-line error, not a compile.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+
+import ml_collections
+
+from kjax.errors import KjaxError
+
+ConfigDict = ml_collections.ConfigDict
+
+REMAT_POLICIES = (
+    "none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
+    "nothing_saveable", "everything_saveable",
+)
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def base_config() -> ConfigDict:
+    """Every key a config may set, with defaults. Presets override these."""
+    c = ConfigDict()
+    c.name = "kjax"
+
+    c.model = m = ConfigDict()
+    m.vocab_size = 32000
+    m.hidden_size = 768
+    m.num_layers = 12
+    m.num_heads = 12
+    m.intermediate_size = 3072
+    m.max_position_embeddings = 512
+    m.type_vocab_size = 2
+    m.dropout_rate = 0.1
+    m.attention_dropout_rate = 0.1
+    m.layer_norm_eps = 1e-12
+    m.initializer_range = 0.02
+    m.dtype = "bfloat16"          # compute dtype of activations and matmuls
+    m.param_dtype = "float32"     # parameters and optimizer state
+    m.scan_layers = True          # nn.scan over layers: O(1) compile in depth
+    m.remat_policy = "none"       # see REMAT_POLICIES
+    # Attention-logit manipulation (METHODS §1.2, Eq. 1): the batch carries B;
+    # bf is a scalar, or one value per layer in shake_factor_per_layer.
+    # 0 means plain attention (bit-identical, no extra cost).
+    m.shake_factor = 0.0
+    m.shake_factor_per_layer = ()
+
+    c.tokenizer = t = ConfigDict()
+    t.scheme = "sentencepiece"    # plain sentencepiece over whitespace words
+    t.vocab_size = 32000
+    t.model_type = "unigram"
+    t.character_coverage = 0.9995
+    t.input_sentence_size = 2_000_000
+    t.path = "runs/tokenizer/sp"  # model prefix: writes .model and .vocab
+
+    c.data = d = ConfigDict()
+    d.corpus = ""                 # files/globs (comma separated), .gz ok; "konlpy" = demo corpus
+    d.document_per_file = False   # True: a file is a document, blank lines ignored
+    d.dir = "runs/data"           # prepared ArrayRecord shards
+    d.max_seq_len = 128
+    d.max_predictions_per_seq = 20
+    d.masked_lm_prob = 0.15
+    d.short_seq_prob = 0.1
+    d.nsp_prob = 0.5              # share of NSP negatives (B from another document)
+    d.whole_word = True           # mask whole eojeol (whitespace words)
+    d.masking = "dynamic"         # "dynamic" (in the loader) | "static" (stored)
+    d.dupe_factor = 5             # static masking: copies with different masks
+    d.docs_per_chunk = 2000       # NSP negatives come from the same chunk (bounded memory)
+    d.examples_per_shard = 20000
+    d.eval_every_nth_doc = 50     # every n-th document is held out for eval
+    d.seed = 12345
+
+    c.train = r = ConfigDict()
+    r.batch_size = 128            # global batch
+    r.num_steps = 100_000
+    r.learning_rate = 1e-4
+    r.warmup_steps = 10_000
+    r.weight_decay = 0.01
+    r.b1 = 0.9
+    r.b2 = 0.999
+    r.eps = 1e-6
+    r.grad_clip_norm = 1.0
+    r.nsp_weight = 1.0
+    r.seed = 0
+    r.log_every = 100
+    r.eval_every = 5000
+    r.eval_batches = 20
+    r.checkpoint_every = 5000
+    r.keep_checkpoints = 3
+    r.peak_flops = 0.0            # per device; 0 = datasheet (TPU/GPU) or measured (CPU)
+    r.prefetch = 2                # batches prepared ahead on the host
+
+    c.mesh = h = ConfigDict()
+    h.data = -1                   # -1: all devices not used by the other axes
+    h.fsdp = 1
+    h.tensor = 1
+    return c
+
+
+def _load_module(path: str):
+    if not os.path.isfile(path):
+        raise KjaxError(f"config file {path!r} not found; pass a file from tpu_configs/, "
+                        f"e.g. --config tpu_configs/demo.py")
+    spec = importlib.util.spec_from_file_location("kjax_user_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise KjaxError(f"config file {path} has no get_config() function")
+    return module
+
+
+def _merge(base: ConfigDict, update: ConfigDict | dict, prefix: str, path: str) -> None:
+    for key, value in update.items():
+        full = f"{prefix}{key}"
+        if key not in base:
+            raise KjaxError(f"{path}: config key {full!r} does not exist; valid keys under "
+                            f"{prefix.rstrip('.') or 'the root'}: {', '.join(sorted(base.keys()))}")
+        if isinstance(base[key], ConfigDict):
+            _merge(base[key], value, full + ".", path)
+        else:
+            base[key] = value
+
+
+def _parse_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # bare strings: --config.data.corpus=foo.txt
+
+
+def apply_override(config: ConfigDict, assignment: str) -> None:
+    """Apply one `a.b.c=value` override; unknown keys are an error."""
+    if "=" not in assignment:
+        raise KjaxError(f"override {assignment!r} must look like --config.key=value")
+    dotted, text = assignment.split("=", 1)
+    dotted = dotted.removeprefix("--").removeprefix("config.")
+    node, keys = config, dotted.split(".")
+    for depth, key in enumerate(keys):
+        where = ".".join(keys[:depth]) or "the root"
+        if not isinstance(node, ConfigDict) or key not in node:
+            valid = ", ".join(sorted(node.keys())) if isinstance(node, ConfigDict) else "(a leaf)"
+            raise KjaxError(f"config key {dotted!r} does not exist; valid keys under {where}: {valid}")
+        if depth < len(keys) - 1:
+            node = node[key]
+    old, new = node[keys[-1]], _parse_value(text)
+    if isinstance(old, bool) and isinstance(new, str):
+        new = new.lower() in ("1", "true", "yes")
+    elif isinstance(old, float) and isinstance(new, int) and not isinstance(new, bool):
+        new = float(new)
+    elif isinstance(old, str) and not isinstance(new, str):
+        new = text
+    try:
+        node[keys[-1]] = new
+    except TypeError as e:
+        raise KjaxError(f"config key {dotted!r}: cannot set {text!r} ({e})") from None
+
+
+def load_config(path: str, overrides: list[str] | None = None) -> ConfigDict:
+    user = _load_module(path).get_config()
+    config = base_config()
+    _merge(config, user, "", path)
+    for assignment in overrides or []:
+        apply_override(config, assignment)
+    validate(config)
+    return config
+
+
+def validate(c: ConfigDict) -> None:
+    """Cheap static checks; mesh/device checks live in kjax.parallel.mesh."""
+    m, d, r = c.model, c.data, c.train
+    if m.hidden_size % m.num_heads:
+        raise KjaxError(f"model.hidden_size={m.hidden_size} is not divisible by "
+                        f"model.num_heads={m.num_heads}")
+    for key in ("dtype", "param_dtype"):
+        if m[key] not in DTYPES:
+            raise KjaxError(f"model.{key}={m[key]!r}; choose one of {DTYPES}")
+    if m.remat_policy not in REMAT_POLICIES:
+        raise KjaxError(f"model.remat_policy={m.remat_policy!r}; choose one of {REMAT_POLICIES}")
+    if m.shake_factor_per_layer and len(m.shake_factor_per_layer) != m.num_layers:
+        raise KjaxError(f"model.shake_factor_per_layer has {len(m.shake_factor_per_layer)} "
+                        f"values for {m.num_layers} layers; give one per layer or ()")
+    if d.max_seq_len > m.max_position_embeddings:
+        raise KjaxError(f"data.max_seq_len={d.max_seq_len} exceeds "
+                        f"model.max_position_embeddings={m.max_position_embeddings}")
+    if d.masking not in ("dynamic", "static"):
+        raise KjaxError(f"data.masking={d.masking!r}; choose 'dynamic' or 'static'")
+    if not 0.0 < d.masked_lm_prob < 1.0:
+        raise KjaxError(f"data.masked_lm_prob={d.masked_lm_prob} must be in (0, 1)")
+    if r.batch_size <= 0 or r.num_steps <= 0:
+        raise KjaxError("train.batch_size and train.num_steps must be positive")
+    if r.warmup_steps > r.num_steps:
+        raise KjaxError(f"train.warmup_steps={r.warmup_steps} exceeds "
+                        f"train.num_steps={r.num_steps}")

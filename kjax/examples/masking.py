@@ -1,0 +1,66 @@
+"""Masked-LM target selection (METHODS §4; BERT's 15 %, 80/10/10).
+
+Masking picks *units*, not tokens: a unit is a whole eojeol (whitespace
+word), a whole morpheme, or a single token. All tokens of a chosen unit are
+masked together and all become targets, so a unit is never split — the
+property whole-word / whole-morpheme masking needs. Replacement is decided
+per unit: 80 % [MASK], 10 % random tokens, 10 % unchanged.
+
+The same function serves static masking (at `prepare`, stored) and dynamic
+masking (in the loader), with a numpy Generator seeded from (seed, example
+index) so a resumed run draws exactly the same masks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kjax.tokens.sentencepiece import MASK, NUM_SPECIAL
+
+UNIT_KEYS = {"eojeol": "word_ids", "morpheme": "morph_ids", "token": None}
+
+
+def mask_units(unit_ids: np.ndarray, maskable: np.ndarray) -> list[np.ndarray]:
+    """Groups maskable positions by unit id (consecutive runs of one id)."""
+    positions = np.flatnonzero(maskable)
+    if len(positions) == 0:
+        return []
+    ids = unit_ids[positions]
+    breaks = np.flatnonzero((np.diff(ids) != 0) | (np.diff(positions) != 1)) + 1
+    return np.split(positions, breaks)
+
+
+def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: np.ndarray,
+                 rng: np.random.Generator, masked_lm_prob: float, max_predictions: int,
+                 vocab_size: int):
+    """Returns (masked input_ids, positions [p], original ids [p]); p ≤ max_predictions.
+
+    unit_ids None means token-level masking.
+    """
+    units_of = unit_ids if unit_ids is not None else np.arange(len(input_ids))
+    units = mask_units(units_of, maskable)
+    n_tokens = int(maskable.sum())
+    budget = min(max_predictions, max(1, int(round(n_tokens * masked_lm_prob))))
+    chosen: list[np.ndarray] = []
+    used = 0
+    for u in rng.permutation(len(units)):
+        if used >= budget:
+            break
+        if used + len(units[u]) > budget:
+            continue  # a unit is masked whole or not at all
+        chosen.append(units[u])
+        used += len(units[u])
+    out = input_ids.copy()
+    for unit in chosen:
+        r = rng.random()
+        if r < 0.8:
+            out[unit] = MASK
+        elif r < 0.9:
+            out[unit] = rng.integers(NUM_SPECIAL, vocab_size, size=len(unit))
+        # else: keep the original tokens (still predicted)
+    positions = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
+    return out, positions.astype(np.int32), input_ids[positions].astype(np.int32)
+
+
+def example_rng(seed: int, index: int, epoch: int = 0) -> np.random.Generator:
+    """A generator that depends only on (seed, example index, epoch)."""
+    return np.random.default_rng([seed, index, epoch])

@@ -1,0 +1,28 @@
+"""MLM and NSP losses and their accuracies (METHODS §4), in fp32.
+
+MLM logits exist only at the gathered masked positions ([b, p, V]); padded
+prediction slots have weight 0 and count nowhere.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import optax
+
+
+def weighted_ce(logits, labels, weights):
+    """Mean softmax cross-entropy over rows with weight > 0, and accuracy."""
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+    total = jnp.maximum(weights.sum(), 1e-8)
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    return (losses * weights).sum() / total, (correct * weights).sum() / total
+
+
+def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0):
+    mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
+                                    batch["mlm_weights"])
+    nsp_loss, nsp_acc = weighted_ce(outputs["nsp_logits"], batch["nsp_labels"],
+                                    batch["nsp_weights"])
+    loss = mlm_loss + nsp_weight * nsp_loss
+    metrics = {"loss": loss, "mlm_loss": mlm_loss, "mlm_accuracy": mlm_acc,
+               "nsp_loss": nsp_loss, "nsp_accuracy": nsp_acc}
+    return loss, metrics

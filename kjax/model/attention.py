@@ -1,0 +1,91 @@
+"""Bidirectional multi-head self-attention with the SHAKE logit modifier.
+
+    score = q·kᵀ / sqrt(d)                       (scaled logits)
+    score += |score ⊙ B| · bf                    (METHODS §1.2, Eq. 1)
+    α = softmax(score + padding bias)
+    y_i = Σ_j α_ij f(x_j) + b_O,  f(x) = (x W_V + b_V) W_O     (METHODS §3)
+
+B arrives per example ([batch, q, k], broadcast over heads); bf is this
+layer's boost factor. When the model does not shake, the Eq. 1 line is not
+even traced, so plain attention costs nothing extra and is bit-identical.
+With `return_analysis` the layer also returns α and f(x) per head, which
+the norm-based analysis (‖α_ij f(x_j)‖) needs.
+"""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from kjax.model.config import EncoderConfig
+
+
+def kernel_init(config: EncoderConfig, axes: tuple[str, ...]):
+    init = nn.initializers.truncated_normal(config.initializer_range)
+    return nn.with_logical_partitioning(init, axes)
+
+
+def zeros_init(axes: tuple[str, ...]):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def shake_scores(scores: jax.Array, shake: jax.Array, bf: jax.Array) -> jax.Array:
+    """Eq. 1 on scaled logits [b, h, q, k] with B [b, q, k] (same for every head)."""
+    b = shake.astype(scores.dtype)[:, None, :, :]
+    return scores + jnp.abs(scores * b) * bf
+
+
+class HeadProjection(nn.Module):
+    """x [b, s, d] → [b, s, heads, head_dim] (query/key/value), or with
+    `merge`, [b, s, heads, head_dim] → [b, s, d] (the output projection W_O).
+    Kernels keep the head axes explicit so they shard by head."""
+    config: EncoderConfig
+    merge: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        heads, head_dim, d = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+        if self.merge:
+            shape, axes, bias_shape, bias_axes = (heads, head_dim, d), ("heads", "kv", "embed"), \
+                (d,), ("embed",)
+        else:
+            shape, axes, bias_shape, bias_axes = (d, heads, head_dim), ("embed", "heads", "kv"), \
+                (heads, head_dim), ("heads", "kv")
+        kernel = self.param("kernel", kernel_init(cfg, axes), shape, cfg.weight_dtype)
+        bias = self.param("bias", zeros_init(bias_axes), bias_shape, cfg.weight_dtype)
+        kernel, bias = kernel.astype(cfg.compute_dtype), bias.astype(cfg.compute_dtype)
+        spec = "bshd,hdD->bsD" if self.merge else "bsD,Dhd->bshd"
+        return jnp.einsum(spec, x.astype(cfg.compute_dtype), kernel) + bias
+
+
+class SelfAttention(nn.Module):
+    config: EncoderConfig
+    deterministic: bool = True
+    return_analysis: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask_bias, shake=None, bf=None):
+        cfg = self.config
+        head_dim = cfg.head_dim
+        q, k, v = (HeadProjection(cfg, name=n)(x) for n in ("query", "key", "value"))
+        q = q * jnp.asarray(1.0 / math.sqrt(head_dim), q.dtype)
+        # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+        if shake is not None and cfg.shakes:
+            scores = shake_scores(scores, shake, bf)
+        scores = scores + mask_bias[:, None, None, :]
+        probs = jax.nn.softmax(scores, axis=-1)
+        dropped = nn.Dropout(cfg.attention_dropout_rate)(
+            probs, deterministic=self.deterministic).astype(cfg.compute_dtype)
+        context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+        out_proj = HeadProjection(cfg, merge=True, name="out")
+        y = out_proj(context)
+        if not self.return_analysis:
+            return y, None
+        # f(x_j) per head: the value vector mapped through that head's slice of W_O.
+        w_o = nn.meta.unbox(out_proj.variables["params"]["kernel"]).astype(jnp.float32)
+        fx = jnp.einsum("bkhd,hdD->bhkD", v.astype(jnp.float32), w_o)
+        return y, {"alpha": probs, "fx": fx}

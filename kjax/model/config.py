@@ -1,0 +1,53 @@
+"""The encoder's hyper-parameters as a frozen (hashable) dataclass, so Flax
+modules can hold it and `nn.scan`/`jax.jit` can treat it as static."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    vocab_size: int = 32000
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    dtype: str = "bfloat16"
+    param_dtype: str = "float32"
+    scan_layers: bool = True
+    remat_policy: str = "none"
+    # Eq. 1 boost factor: one value per layer (all equal for a scalar bf).
+    shake_factor: tuple[float, ...] = ()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def compute_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    @property
+    def weight_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    @property
+    def shakes(self) -> bool:
+        return any(bf != 0.0 for bf in self.shake_factor)
+
+    @classmethod
+    def from_config(cls, model_cfg) -> "EncoderConfig":
+        """From the `model` branch of a kjax ConfigDict."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {"shake_factor"}
+        kwargs = {k: model_cfg[k] for k in fields if k in model_cfg}
+        per_layer = tuple(model_cfg.get("shake_factor_per_layer", ()) or ())
+        bf = per_layer or (float(model_cfg.get("shake_factor", 0.0)),) * kwargs["num_layers"]
+        return cls(shake_factor=tuple(float(x) for x in bf), **kwargs)

@@ -1,0 +1,168 @@
+"""BERT encoder (post-LN, GELU, learned absolute positions, token types) and
+its pretraining heads (METHODS §4), in Flax linen.
+
+Parameters live apart from the module: `model.init` returns a pytree and
+`model.apply(params, batch...)` is a pure function. Parameter axes carry
+logical names (vocab, embed, heads, kv, mlp, layers); which mesh axes they
+map to is decided in `kjax.parallel`, never here.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from kjax.model.attention import SelfAttention, kernel_init, zeros_init
+from kjax.model.config import EncoderConfig
+
+
+def layer_norm(cfg: EncoderConfig, name: str) -> nn.LayerNorm:
+    return nn.LayerNorm(
+        epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=zeros_init(("embed",)), name=name)
+
+
+def dense(cfg: EncoderConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
+    return nn.Dense(features, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
+                    kernel_init=kernel_init(cfg, axes), bias_init=zeros_init(axes[1:]),
+                    name=name)
+
+
+def padding_bias(attention_mask: jax.Array) -> jax.Array:
+    """[b, k] 1/0 mask → additive fp32 bias: padded keys get a large negative."""
+    return jnp.where(attention_mask > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
+class Embeddings(nn.Module):
+    config: EncoderConfig
+    deterministic: bool = True
+
+    def setup(self):
+        cfg = self.config
+
+        def table(n, axes, name):
+            return nn.Embed(n, cfg.hidden_size, dtype=cfg.compute_dtype,
+                            param_dtype=cfg.weight_dtype, name=name,
+                            embedding_init=kernel_init(cfg, axes))
+
+        self.word_embeddings = table(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")
+        self.position_embeddings = table(cfg.max_position_embeddings, (None, "embed"),
+                                         "position_embeddings")
+        self.token_type_embeddings = table(cfg.type_vocab_size, (None, "embed"),
+                                           "token_type_embeddings")
+        self.layer_norm = layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(self, input_ids, token_type_ids, position_ids):
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+             + self.token_type_embeddings(token_type_ids))
+        return self.dropout(self.layer_norm(x), deterministic=self.deterministic)
+
+    def attend(self, h):
+        """Tied MLM decoder: logits = h · E_wordᵀ, accumulated in fp32."""
+        table = self.word_embeddings.embedding.astype(self.config.compute_dtype)
+        return jnp.einsum("...d,vd->...v", h, table, preferred_element_type=jnp.float32)
+
+
+class Block(nn.Module):
+    """One post-LN transformer layer; scanned over depth when configured."""
+    config: EncoderConfig
+    deterministic: bool = True
+    return_analysis: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask_bias, shake, bf):
+        cfg = self.config
+        drop = nn.Dropout(cfg.dropout_rate)
+        attn, analysis = SelfAttention(cfg, self.deterministic, self.return_analysis,
+                                       name="attention")(x, mask_bias, shake, bf)
+        x = layer_norm(cfg, "attention_layer_norm")(x + drop(attn, self.deterministic))
+        h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "mlp_in")(x)
+        h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(nn.gelu(h, approximate=False))
+        x = layer_norm(cfg, "mlp_layer_norm")(x + drop(h, self.deterministic))
+        x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
+        return x, analysis
+
+
+def _remat_policy(name: str):
+    if name == "full":
+        return None  # save nothing: recompute the whole layer in the backward pass
+    return getattr(jax.checkpoint_policies, name)
+
+
+class Encoder(nn.Module):
+    config: EncoderConfig
+    deterministic: bool = True
+    return_analysis: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask_bias, shake=None):
+        cfg = self.config
+        block = Block
+        if cfg.remat_policy != "none":
+            block = nn.remat(Block, policy=_remat_policy(cfg.remat_policy),
+                             prevent_cse=not cfg.scan_layers)
+        bf = jnp.asarray(cfg.shake_factor or (0.0,) * cfg.num_layers, jnp.float32)
+        if cfg.scan_layers:
+            stack = nn.scan(block, variable_axes={"params": 0},
+                            split_rngs={"params": True, "dropout": True},
+                            in_axes=(nn.broadcast, nn.broadcast, 0), length=cfg.num_layers,
+                            metadata_params={nn.PARTITION_NAME: "layers"})
+            return stack(cfg, self.deterministic, self.return_analysis,
+                         name="layers")(x, mask_bias, shake, bf)
+        per_layer = []
+        for i in range(cfg.num_layers):
+            x, analysis = block(cfg, self.deterministic, self.return_analysis,
+                                name=f"layer_{i}")(x, mask_bias, shake, bf[i])
+            per_layer.append(analysis)
+        if not self.return_analysis:
+            return x, None
+        return x, jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
+
+
+class BertForPreTraining(nn.Module):
+    """Encoder + pooler + MLM head (decoder tied to word embeddings) + NSP head.
+
+    `mlm_positions` [b, p]: the MLM head runs only there (gather first), so
+    the vocabulary projection costs p, not seq_len, rows per example.
+    `shake` [b, q, k]: the Eq. 1 matrix B (None: plain attention).
+    `position_ids` [b, s]: defaults to 0..s-1 (SHAKE variant 5 overrides).
+    """
+    config: EncoderConfig
+    deterministic: bool = True
+    return_analysis: bool = False
+
+    def setup(self):
+        cfg = self.config
+        self.embeddings = Embeddings(cfg, self.deterministic)
+        self.encoder = Encoder(cfg, self.deterministic, self.return_analysis)
+        self.pooler = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "pooler")
+        self.mlm_transform = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "mlm_transform")
+        self.mlm_layer_norm = layer_norm(cfg, "mlm_layer_norm")
+        self.mlm_bias = self.param("mlm_bias", zeros_init(("vocab",)), (cfg.vocab_size,),
+                                   cfg.weight_dtype)
+        self.nsp = dense(cfg, 2, ("mlp", None), "nsp")
+
+    def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None):
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
+        return self.encoder(x, padding_bias(attention_mask), shake)
+
+    def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
+                 position_ids=None, shake=None):
+        hidden, analysis = self.encode(input_ids, token_type_ids, attention_mask,
+                                       position_ids, shake)
+        pooled = jnp.tanh(self.pooler(hidden[:, 0]))
+        nsp_logits = self.nsp(pooled).astype(jnp.float32)
+        picked = hidden if mlm_positions is None else jnp.take_along_axis(
+            hidden, mlm_positions[..., None], axis=1)
+        h = self.mlm_layer_norm(nn.gelu(self.mlm_transform(picked), approximate=False))
+        mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)
+        out = {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits,
+               "hidden": hidden, "pooled": pooled}
+        if analysis is not None:
+            out["analysis"] = analysis
+        return out

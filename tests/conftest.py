@@ -1,0 +1,46 @@
+"""Shared fixtures. Tests run on an 8-device CPU mesh: the device count must
+be fixed before JAX is imported, hence the environment set at the top."""
+import os
+
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+from kjax.config import load_config  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_CONFIG = os.path.join(ROOT, "tpu_configs", "demo.py")
+
+
+def tiny_overrides(tmp: str, **extra) -> list[str]:
+    """A model small enough to compile in seconds, on the demo corpus."""
+    values = {
+        "model.vocab_size": 600, "tokenizer.vocab_size": 600,
+        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 4,
+        "model.intermediate_size": 64, "model.max_position_embeddings": 64,
+        "model.dtype": "'float32'",
+        "tokenizer.path": f"'{tmp}/tok/sp'", "data.dir": f"'{tmp}/examples'",
+        "data.max_seq_len": 64, "data.max_predictions_per_seq": 10,
+        "train.batch_size": 16, "train.num_steps": 6, "train.warmup_steps": 2,
+        "train.log_every": 1, "train.eval_every": 0, "train.checkpoint_every": 3,
+        "train.eval_batches": 2,
+    }
+    values.update(extra)
+    return [f"--config.{k}={v}" for k, v in values.items()]
+
+
+def tiny_config(tmp, **extra):
+    return load_config(DEMO_CONFIG, tiny_overrides(str(tmp), **extra))
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory):
+    """Tokenizer + examples on the demo corpus, built once per test session."""
+    from kjax.examples.prepare import prepare
+    from kjax.tokens.factory import train_tokenizer
+    tmp = tmp_path_factory.mktemp("prepared")
+    config = tiny_config(tmp)
+    train_tokenizer(config)
+    prepare(config, progress=False)
+    return tmp
