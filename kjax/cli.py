@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "checkpoint in --workdir")
     _add_config(tr)
     tr.add_argument("--workdir", required=True, help="checkpoints, metrics, TensorBoard, plots")
+    tr.add_argument("--stop-at", type=int, default=None, metavar="STEP",
+                    help="checkpoint and stop at this step (the schedule stays that of "
+                    "train.num_steps); run again to continue")
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
                           "held-out examples")
@@ -100,7 +103,7 @@ def run(argv: list[str]) -> int:
         _print(prepare(config, num_workers=args.workers))
     elif args.verb == "train":
         from kjax.train.trainer import train
-        _print(train(config, args.workdir))
+        _print(train(config, args.workdir, stop_at=args.stop_at))
     elif args.verb == "eval":
         from kjax.train.trainer import evaluate
         _print(evaluate(config, args.workdir, args.step))

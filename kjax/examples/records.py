@@ -60,7 +60,8 @@ def write_json(path: str, obj: dict) -> None:
 
 
 def read_json(path: str) -> dict:
-    return read_json(path)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def write_meta(directory: str, meta: dict) -> None:
@@ -72,5 +73,4 @@ def read_meta(directory: str) -> dict:
     if not os.path.isfile(path):
         raise KjaxError(f"{path} not found: {directory!r} is not a finished `kjax prepare` "
                         f"output; run `kjax prepare --config ...`")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return read_json(path)

@@ -40,7 +40,7 @@ def make_train_step(config, mesh, train_model, tx, shardings):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         metrics["learning_rate"] = schedule(state["step"])
         new_state = {**state, "step": state["step"] + 1, "params": params,
                      "opt_state": opt_state}

@@ -73,7 +73,9 @@ class Session:
         return summarize_eval(jax.device_get(sums))
 
 
-def train(config, workdir: str, progress: bool = True) -> dict:
+def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
+    """Trains to train.num_steps (or stops early at `stop_at`, checkpointing
+    there, with the schedule of the full run: how a time-limited job ends)."""
     s = Session(config, workdir)
     c, t = config, config.train
     primary = jax.process_index() == 0
@@ -118,10 +120,10 @@ def train(config, workdir: str, progress: bool = True) -> dict:
             window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
         if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
             writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
-        preempted = s.checkpoints.reached_preemption(step)
-        if s.checkpoints.should_save(step) or step == t.num_steps or preempted:
+        stop = s.checkpoints.reached_preemption(step) or step == stop_at
+        if s.checkpoints.should_save(step) or step == t.num_steps or stop:
             s.checkpoints.save(step, state, iterator.get_state(), force=True)
-        if preempted:
+        if stop:
             break
     bar.close()
     s.checkpoints.close()

@@ -1,0 +1,125 @@
+"""End to end: sharded steps, falling loss, bit-exact resume, checkpoints."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from kjax.batches.loader import train_dataset
+from kjax.errors import KjaxError
+from kjax.parallel.mesh import make_mesh, put_batch
+from kjax.train.metrics import read_metrics
+from kjax.train.state import init_state, make_model, make_optimizer
+from kjax.train.step import make_train_step
+from kjax.train.trainer import evaluate, train
+
+TIMING = ("step_time", "tokens_per_sec", "mfu", "data_wait_fraction",
+          "compile_and_first_step_time")
+
+
+def one_step(config, devices):
+    mesh = make_mesh(config, devices)
+    model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
+    state, shardings = init_state(config, mesh, model, tx)
+    batch = put_batch(next(iter(train_dataset(config))), mesh)
+    state, metrics = make_train_step(config, mesh, model, tx, shardings)(state, batch)
+    return jax.device_get(state["params"]), jax.device_get(metrics), state
+
+
+@pytest.mark.parametrize("mesh", [dict(data=8, fsdp=1, tensor=1), dict(data=2, fsdp=2, tensor=2)])
+def test_sharded_step_equals_single_device_step(prepared, mesh):
+    sharded = tiny_config(prepared, **{f"mesh.{k}": v for k, v in mesh.items()})
+    single = tiny_config(prepared, **{"mesh.data": 1})
+    p8, m8, state = one_step(sharded, jax.devices())
+    p1, m1, _ = one_step(single, jax.devices()[:1])
+    assert len(jax.devices()) == 8
+    kernel = state["params"]["encoder"]["layers"]["mlp_in"]["kernel"]
+    if mesh["fsdp"] > 1:  # FSDP shards the embed axis, tensor the mlp axis
+        assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+        assert len({str(s.index) for s in kernel.addressable_shards}) == 4
+    np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+
+
+def metrics_without_timing(workdir):
+    return {(r["step"], r["split"]): {k: v for k, v in r.items() if k not in TIMING}
+            for r in read_metrics(workdir)}
+
+
+def final_params(config, workdir):
+    from kjax.checkpoint.manager import Checkpointer
+    from kjax.train.state import abstract_state
+    mesh = make_mesh(config)
+    target, _ = abstract_state(config, mesh, make_model(config, False), make_optimizer(config.train))
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), 1, 5)
+    state, data = ckpt.restore(ckpt.latest_step(), target)
+    ckpt.close()
+    return jax.device_get(state), data
+
+
+def test_kill_and_resume_is_bit_exact(prepared, tmp_path):
+    config = tiny_config(prepared)
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    train(config, straight, progress=False)
+    first = train(config, resumed, progress=False, stop_at=3)
+    assert first["final_step"] == 3
+    train(config, resumed, progress=False)  # a new process would do exactly this
+    (s_state, s_data), (r_state, r_data) = final_params(config, straight), final_params(config, resumed)
+    assert int(r_state["step"]) == 6 and s_data == r_data
+    for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(r_state)):
+        assert np.array_equal(a, b)
+    s_rows, r_rows = metrics_without_timing(straight), metrics_without_timing(resumed)
+    for step in (4, 5, 6):
+        assert s_rows[(step, "train")] == r_rows[(step, "train")]
+
+
+def test_training_lowers_the_loss_and_writes_outputs(prepared, tmp_path):
+    config = tiny_config(prepared, **{"train.num_steps": 40, "train.learning_rate": 3e-3,
+                                      "train.warmup_steps": 4, "train.eval_every": 40,
+                                      "train.checkpoint_every": 20, "train.log_every": 10})
+    workdir = str(tmp_path / "run")
+    result = train(config, workdir, progress=False)
+    rows = [r for r in read_metrics(workdir) if r["split"] == "train"]
+    assert rows[-1]["mlm_loss"] < rows[0]["mlm_loss"] - 0.5
+    assert 0 < result["mfu"] < 1 and result["tokens_per_sec"] > 0
+    assert os.path.isfile(os.path.join(workdir, "loss_curve.png"))
+    assert os.listdir(os.path.join(workdir, "tensorboard"))
+    evaluated = evaluate(config, workdir)
+    logged = [r for r in read_metrics(workdir) if r["split"] == "eval"][-1]
+    assert evaluated["step"] == 40
+    assert evaluated["mlm_loss"] == pytest.approx(logged["mlm_loss"], rel=1e-5)
+
+
+def test_incomplete_checkpoint_is_reported_before_compiling(prepared, tmp_path):
+    config = tiny_config(prepared, **{"train.num_steps": 3})
+    workdir = str(tmp_path / "run")
+    train(config, workdir, progress=False)
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "3", "state"))
+    with pytest.raises(KjaxError, match=r"checkpoint .*/3 is incomplete \(missing state\)"):
+        train(config, workdir, progress=False)
+
+
+def test_corrupt_checkpoint_data_is_a_clear_error(prepared, tmp_path):
+    config = tiny_config(prepared, **{"train.num_steps": 3})
+    workdir = str(tmp_path / "run")
+    train(config, workdir, progress=False)
+    for root, _, files in os.walk(os.path.join(workdir, "checkpoints", "3", "data")):
+        for f in files:
+            with open(os.path.join(root, f), "w") as fh:
+                fh.write("{not json")
+    with pytest.raises(KjaxError, match="could not be restored"):
+        train(config, workdir, progress=False)
+
+
+def test_nan_params_are_never_saved(prepared, tmp_path):
+    from kjax.checkpoint.manager import Checkpointer
+    ckpt = Checkpointer(str(tmp_path / "ck"), 1, 2)
+    state = {"params": {"w": np.array([1.0, np.nan], np.float32)}, "step": np.int32(1)}
+    with pytest.raises(KjaxError, match="NaN/Inf at step 1: not saving"):
+        ckpt.save(1, state, {})
+    ckpt.close()
+    assert ckpt.latest_step() is None
