@@ -160,7 +160,7 @@ class MultihotVocab:
         self._index: dict[str, int] = {}
         for i, tok in enumerate(tokens):
             if not _storable(tok):
-                raise KjaxError(f"{source}: token {i} ({tok!r}) is empty or holds whitespace/"
+                raise KjaxError(f"{source}: line {i + 1} ({tok!r}) is empty or holds whitespace/"
                                 f"control characters; remove that line")
             if tok in self._index:
                 raise KjaxError(f"{source}: token {tok!r} appears twice (lines "
@@ -170,6 +170,13 @@ class MultihotVocab:
         if missing:
             raise KjaxError(f"{source}: the character-rule tokens {missing[:8]} are missing "
                             f"(§2.1 needs all of multihot.BASE_TOKENS); rebuild the vocabulary")
+        self._encode_ids = functools.lru_cache(maxsize=1 << 18)(self._encode_ids_uncached)
+
+    def __getstate__(self):  # picklable for worker processes: drop the cache
+        return {k: v for k, v in self.__dict__.items() if k != "_encode_ids"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
         self._encode_ids = functools.lru_cache(maxsize=1 << 18)(self._encode_ids_uncached)
 
     def __len__(self) -> int:
@@ -350,6 +357,18 @@ class MultihotTokenizer:
     def __init__(self, vocab: MultihotVocab | str, analyzer: KoreanAnalyzer | None = None):
         self.vocab = MultihotVocab.load(vocab) if isinstance(vocab, str) else vocab
         self.analyzer = analyzer or KoreanAnalyzer()
+
+    @classmethod
+    def train(cls, sentences: Iterable[str], path: str, bpe_vocab_size: int,
+              min_syllable_count: int = 50, analyzer: KoreanAnalyzer | None = None,
+              num_workers: int | None = None, **build_options) -> "MultihotTokenizer":
+        """Analyses raw sentences with Kiwi, builds the vocabulary (§2.1) and
+        saves it to `path` (+ `path.json`)."""
+        analyzer = analyzer or KoreanAnalyzer()
+        vocab = MultihotVocab.build(analyzer.analyze_many(sentences, num_workers),
+                                    bpe_vocab_size, min_syllable_count, **build_options)
+        vocab.save(path)
+        return cls(vocab, analyzer)
 
     @property
     def vocab_size(self) -> int:
