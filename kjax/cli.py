@@ -17,6 +17,10 @@ import time
 
 from kjax.errors import KjaxError
 
+# Feature modules that add verbs: each has `register(verbs, add_config)` that
+# adds subparsers with `set_defaults(handler=fn)`; fn(args, config) runs the verb.
+VERB_MODULES: tuple[str, ...] = ()
+
 DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "tpu_configs", "demo.py")
 
@@ -61,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "on the embedded Korean corpus (what `make demo` runs)")
     _add_config(demo, required=False)
     demo.add_argument("--workdir", default="runs/demo")
+    demo.add_argument("--scheme", default=None, choices=("sentencepiece", "morph-sp", "multihot"),
+                      help="tokenizer scheme (default: the config's, sentencepiece)")
+    import importlib
+    for name in VERB_MODULES:
+        importlib.import_module(name).register(verbs, _add_config)
     return parser
 
 
@@ -90,6 +99,8 @@ def run(argv: list[str]) -> int:
             args.overrides = list(args.overrides) + unknown
         else:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.verb == "demo" and args.scheme:
+        args.overrides = [f"--config.tokenizer.scheme={args.scheme}", *args.overrides]
     config = _load(args, parser)
     if args.verb in ("train", "eval", "demo"):
         from kjax.parallel.mesh import maybe_initialize_distributed
@@ -109,12 +120,15 @@ def run(argv: list[str]) -> int:
         _print(evaluate(config, args.workdir, args.step))
     elif args.verb == "demo":
         run_demo(config, args.workdir)
+    else:
+        return args.handler(args, config) or 0
     return 0
 
 
 def run_demo(config, workdir: str) -> None:
     from kjax.examples.prepare import prepare
-    from kjax.tokens.factory import train_tokenizer
+    from kjax.config import apply_override
+    from kjax.tokens.factory import open_tokenizer, train_tokenizer
     from kjax.train.metrics import read_metrics
     from kjax.train.trainer import train
     import shutil
@@ -123,7 +137,11 @@ def run_demo(config, workdir: str) -> None:
     for stale in (config.data.dir, workdir):
         shutil.rmtree(stale, ignore_errors=True)
     path, stats = train_tokenizer(config)
-    print(f"[1/3] tokenizer {path} on {stats.summary()}")
+    vocab = open_tokenizer(config).vocab_size
+    if vocab != config.model.vocab_size:  # multihot's final size is known only now
+        apply_override(config, f"--config.model.vocab_size={vocab}")
+    print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) on "
+          f"{stats.summary()}")
     meta = prepare(config)
     print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
           f"in {config.data.dir}")

@@ -52,8 +52,9 @@ def base_config() -> ConfigDict:
     m.shake_factor_per_layer = ()
 
     c.tokenizer = t = ConfigDict()
-    t.scheme = "sentencepiece"    # plain sentencepiece over whitespace words
-    t.vocab_size = 32000
+    t.scheme = "sentencepiece"    # sentencepiece | morph-sp | multihot (kjax/tokens/factory.py)
+    t.vocab_size = 32000          # multihot: the BPE size before the §2.1 rewriting
+    t.min_syllable_count = 50     # multihot: @syllable tokens seen at least this often
     t.model_type = "unigram"
     t.character_coverage = 0.9995
     t.input_sentence_size = 2_000_000
@@ -68,7 +69,8 @@ def base_config() -> ConfigDict:
     d.masked_lm_prob = 0.15
     d.short_seq_prob = 0.1
     d.nsp_prob = 0.5              # share of NSP negatives (B from another document)
-    d.whole_word = True           # mask whole eojeol (whitespace words)
+    d.mask_unit = "eojeol"        # eojeol (whole word) | morpheme | token
+    d.split_sentences = False     # split each corpus line into sentences with Kiwi
     d.masking = "dynamic"         # "dynamic" (in the loader) | "static" (stored)
     d.dupe_factor = 5             # static masking: copies with different masks
     d.docs_per_chunk = 2000       # NSP negatives come from the same chunk (bounded memory)
@@ -188,6 +190,11 @@ def validate(c: ConfigDict) -> None:
     if d.max_seq_len > m.max_position_embeddings:
         raise KjaxError(f"data.max_seq_len={d.max_seq_len} exceeds "
                         f"model.max_position_embeddings={m.max_position_embeddings}")
+    if d.mask_unit not in ("eojeol", "morpheme", "token"):
+        raise KjaxError(f"data.mask_unit={d.mask_unit!r}; choose eojeol, morpheme or token")
+    if c.tokenizer.scheme == "multihot" and d.mask_unit == "token":
+        raise KjaxError("data.mask_unit='token' would split multi-hot morphemes; use "
+                        "'morpheme' or 'eojeol' with tokenizer.scheme=multihot")
     if d.masking not in ("dynamic", "static"):
         raise KjaxError(f"data.masking={d.masking!r}; choose 'dynamic' or 'static'")
     if not 0.0 < d.masked_lm_prob < 1.0:

@@ -15,8 +15,7 @@ import grain
 import numpy as np
 
 from kjax.examples import records
-from kjax.examples.masking import choose_masks
-from kjax.examples.prepare import mask_unit_key
+from kjax.examples.masking import choose_masks, unit_key
 from kjax.tokens.sentencepiece import PAD
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions", "mlm_ids",
@@ -26,7 +25,7 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions"
 class DynamicMask(grain.transforms.RandomMap):
     def __init__(self, config):
         self.d, self.vocab_size = config.data, config.model.vocab_size
-        self.unit_key = mask_unit_key(config)
+        self.unit_key = unit_key(config)
 
     def random_map(self, example, rng: np.random.Generator):
         masked, positions, targets = choose_masks(

@@ -19,6 +19,11 @@ from kjax.tokens.sentencepiece import MASK, NUM_SPECIAL
 UNIT_KEYS = {"eojeol": "word_ids", "morpheme": "morph_ids", "token": None}
 
 
+def unit_key(config) -> str | None:
+    """Which per-token array defines the masking unit (None: single tokens)."""
+    return UNIT_KEYS[config.data.mask_unit]
+
+
 def mask_units(unit_ids: np.ndarray, maskable: np.ndarray) -> list[np.ndarray]:
     """Groups maskable positions by unit id (consecutive runs of one id)."""
     positions = np.flatnonzero(maskable)

@@ -22,23 +22,19 @@ from tqdm import tqdm
 
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.examples.masking import UNIT_KEYS, choose_masks, example_rng
+from kjax.examples.masking import choose_masks, example_rng, unit_key
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
-from kjax.tokens.factory import load_tokenizer
+from kjax.tokens.factory import load_tokenizer, tokenizer_file
 
 _worker_state: dict = {}
 
 
-def mask_unit_key(config) -> str | None:
-    return UNIT_KEYS["eojeol" if config.data.whole_word else "token"]
-
-
 def add_static_masks(example: dict, config, rng: np.random.Generator) -> dict:
     d = config.data
-    unit_key = mask_unit_key(config)
+    key = unit_key(config)
     masked, positions, targets = choose_masks(
-        example["input_ids"], example[unit_key] if unit_key else None,
+        example["input_ids"], example[key] if key else None,
         example["word_ids"] >= 0, rng, d.masked_lm_prob, d.max_predictions_per_seq,
         config.model.vocab_size)
     return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
@@ -47,6 +43,20 @@ def add_static_masks(example: dict, config, rng: np.random.Generator) -> dict:
 def _init_worker(config) -> None:
     _worker_state["config"] = config
     _worker_state["tokenizer"] = load_tokenizer(config)
+    if config.data.split_sentences:
+        from kjax.morph.analyzer import KoreanAnalyzer
+        _worker_state["splitter"] = KoreanAnalyzer()
+
+
+def tokenize_documents(docs, tok, splitter=None):
+    """[(doc_id, [sentence])] → [(doc_id, [per-token arrays])], one batched call
+    (Kiwi analyses a whole chunk at once much faster than line by line)."""
+    if splitter is not None:
+        docs = [(i, [s for line in doc for s in splitter.split_sentences(line)]) for i, doc in docs]
+    flat = [s for _, doc in docs for s in doc]
+    encode_many = getattr(tok, "encode_many", None)
+    encoded = iter(list(encode_many(flat)) if encode_many else [tok.encode(s) for s in flat])
+    return [(i, [next(encoded) for _ in doc]) for i, doc in docs]
 
 
 def process_chunk(task) -> tuple[int, dict[str, int]]:
@@ -55,7 +65,7 @@ def process_chunk(task) -> tuple[int, dict[str, int]]:
     config, tok = _worker_state["config"], _worker_state["tokenizer"]
     d = config.data
     rng = np.random.default_rng([d.seed, chunk_index])
-    tokenized = [(doc_id, [tok.encode(s) for s in doc]) for doc_id, doc in docs]
+    tokenized = tokenize_documents(docs, tok, _worker_state.get("splitter"))
     counts = {"tokens": sum(len(s["ids"]) for _, doc in tokenized for s in doc)}
     for split in ("train", "eval"):
         held_out = lambda doc_id: doc_id % d.eval_every_nth_doc == 0  # noqa: E731
@@ -87,7 +97,7 @@ def _chunks(config, files, stats, docs_per_chunk):
 
 def fingerprint(config) -> dict:
     """What decides the shards' content: a resumed job must match it exactly."""
-    with open(config.tokenizer.path + ".model", "rb") as f:
+    with open(tokenizer_file(config), "rb") as f:
         tokenizer_hash = hashlib.sha256(f.read()).hexdigest()[:16]
     data = {k: v for k, v in config.data.to_dict().items() if k != "dir"}
     return {"data": data, "tokenizer": tokenizer_hash, "vocab_size": config.model.vocab_size}
@@ -161,6 +171,6 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
             "sentences": stats.sentences, "skipped_lines": stats.skipped,
             "vocab_size": config.model.vocab_size, "max_seq_len": d.max_seq_len,
             "max_predictions_per_seq": d.max_predictions_per_seq, "masking": d.masking,
-            "whole_word": d.whole_word, "tokenizer": config.tokenizer.to_dict(), **totals}
+            "mask_unit": d.mask_unit, "tokenizer": config.tokenizer.to_dict(), **totals}
     records.write_meta(d.dir, meta)
     return meta

@@ -1,5 +1,13 @@
 """Picks the tokenizer named by `config.tokenizer.scheme`, for training a
-vocabulary (`kjax tokenizer train`) and for encoding (prepare, inspect)."""
+vocabulary (`kjax tokenizer train`) and for encoding (prepare, inspect).
+
+    sentencepiece  plain sentencepiece over whitespace words
+    morph-sp       sentencepiece over Kiwi morphemes: no piece crosses a morpheme
+    multihot       the UKnowBERT morpheme vocabulary (METHODS §2.1–2.2)
+
+All three encode a sentence into the same per-token arrays
+(ids, morph, inpos, tag, eojeol); see kjax/tokens/sentencepiece.py.
+"""
 from __future__ import annotations
 
 import os
@@ -8,31 +16,64 @@ from kjax.errors import KjaxError
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 
-SCHEMES = ("sentencepiece",)
+SCHEMES = ("sentencepiece", "morph-sp", "multihot")
 
 
-def _check_scheme(scheme: str) -> None:
+def check_scheme(scheme: str) -> None:
     if scheme not in SCHEMES:
         raise KjaxError(f"tokenizer.scheme={scheme!r}; choose one of {', '.join(SCHEMES)}")
 
 
+def tokenizer_file(config) -> str:
+    """The file that holds the vocabulary of the configured scheme."""
+    t = config.tokenizer
+    return t.path + (".multihot.txt" if t.scheme == "multihot" else ".model")
+
+
 def train_tokenizer(config) -> tuple[str, CorpusStats]:
     t = config.tokenizer
-    _check_scheme(t.scheme)
+    check_scheme(t.scheme)
     stats = CorpusStats()
     sentences = iter_sentences(resolve_corpus(config.data.corpus), stats)
-    path = train_sentencepiece(sentences, t.path, t.vocab_size, t.model_type,
+    if t.scheme == "sentencepiece":
+        train_sentencepiece(sentences, t.path, t.vocab_size, t.model_type,
+                            t.character_coverage, t.input_sentence_size)
+    elif t.scheme == "morph-sp":
+        from kjax.tokens.morph_sp import MorphSPTokenizer
+        MorphSPTokenizer.train(sentences, t.vocab_size, t.path, t.model_type,
                                t.character_coverage, t.input_sentence_size)
-    return path, stats
+    else:
+        from kjax.tokens.multihot import MultihotTokenizer
+        os.makedirs(os.path.dirname(os.path.abspath(t.path)), exist_ok=True)
+        # vocab_size is the BPE size before rewriting; the final vocabulary is
+        # smaller (duplicates merge) plus syllable/digit/letter tokens (§2.1).
+        MultihotTokenizer.train(sentences, tokenizer_file(config), t.vocab_size,
+                                min_syllable_count=t.min_syllable_count)
+    return tokenizer_file(config), stats
+
+
+def open_tokenizer(config):
+    """The trained tokenizer of the configured scheme, without size checks."""
+    t = config.tokenizer
+    check_scheme(t.scheme)
+    path = tokenizer_file(config)
+    if not os.path.isfile(path):
+        raise KjaxError(f"tokenizer {path!r} not found; run `kjax tokenizer train --config ...` "
+                        f"first (tokenizer.scheme={t.scheme})")
+    if t.scheme == "sentencepiece":
+        return SentencePieceTokenizer(path)
+    if t.scheme == "morph-sp":
+        from kjax.tokens.morph_sp import MorphSPTokenizer
+        return MorphSPTokenizer(path)
+    from kjax.tokens.multihot import MultihotTokenizer
+    return MultihotTokenizer(path)
 
 
 def load_tokenizer(config):
-    t = config.tokenizer
-    _check_scheme(t.scheme)
-    tok = SentencePieceTokenizer(t.path + ".model")
+    tok = open_tokenizer(config)
     if tok.vocab_size != config.model.vocab_size:
         raise KjaxError(
             f"model.vocab_size={config.model.vocab_size} disagrees with the tokenizer "
-            f"{os.path.abspath(t.path)}.model ({tok.vocab_size} tokens); set "
+            f"{os.path.abspath(tokenizer_file(config))} ({tok.vocab_size} tokens); set "
             f"--config.model.vocab_size={tok.vocab_size} or retrain the tokenizer")
     return tok
