@@ -57,7 +57,7 @@ def _weighted_mean(per_position, weights):
 def multihot_softmax_ce(logits, target_ids, target_mask, weights):
     """The target-probability-adjusted loss, METHODS Eq. 7–9."""
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    y = target_mask.astype(bool)
+    y = distinct_targets(target_ids, target_mask)
     n = y.sum(-1, keepdims=True).astype(jnp.float32)
     # Eq. 7: l_i = log S(O)_i − log(y_i / n) = log S(O)_i + log n for targets.
     # The where() keeps non-targets (−∞·0 in the paper) out of both passes.
@@ -116,8 +116,8 @@ def multihot_accuracy(logits, target_ids, target_mask, weights):
     """
     y = distinct_targets(target_ids, target_mask)
     n = y.sum(-1)
-    k = target_ids.shape[-1]
-    _, top = jax.lax.top_k(logits.astype(jnp.float32), k)              # [N, K]
+    k = min(target_ids.shape[-1], logits.shape[-1])
+    _, top = jax.lax.top_k(logits.astype(jnp.float32), k)              # [N, k]
     top_is_target = jnp.any((top[:, :, None] == target_ids[:, None, :]) & y[:, None, :], -1)
     # n distinct top-n tokens all in an n-element set ⇔ the sets are equal.
     needed = jnp.arange(k)[None, :] < n[:, None]
