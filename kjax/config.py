@@ -51,6 +51,15 @@ def base_config() -> ConfigDict:
     m.shake_factor = 0.0
     m.shake_factor_per_layer = ()
 
+    # Where the Eq. 1 matrix B comes from (METHODS §1.3–1.5); bf is model.shake_factor.
+    c.shake = k = ConfigDict()
+    k.variant = "none"            # none | pos (postposition→substantive pairs) | random
+    k.boost_prem = 1.0            # weight of group 1 (JKS, JKO, JX)
+    k.group3 = True               # XPN/MM* → the substantive they modify
+    k.tag_weights = ConfigDict()  # per-tag overrides, e.g. {"JKB": 0.5}
+    k.p = 0.08                    # random variant: share of query positions
+    k.position_variant = "none"   # none | shared_position (§1.5 variant 5)
+
     c.tokenizer = t = ConfigDict()
     t.scheme = "sentencepiece"    # sentencepiece | morph-sp | multihot (kjax/tokens/factory.py)
     t.vocab_size = 32000          # multihot: the BPE size before the §2.1 rewriting
@@ -173,6 +182,12 @@ def load_config(path: str, overrides: list[str] | None = None) -> ConfigDict:
     return config
 
 
+def shaking_enabled(c: ConfigDict) -> bool:
+    """Whether the model applies Eq. 1 during pretraining (any bf ≠ 0)."""
+    m = c.model
+    return m.shake_factor != 0 or any(x != 0 for x in m.shake_factor_per_layer)
+
+
 def validate(c: ConfigDict) -> None:
     """Cheap static checks; mesh/device checks live in kjax.parallel.mesh."""
     m, d, r = c.model, c.data, c.train
@@ -187,6 +202,19 @@ def validate(c: ConfigDict) -> None:
     if m.shake_factor_per_layer and len(m.shake_factor_per_layer) != m.num_layers:
         raise KjaxError(f"model.shake_factor_per_layer has {len(m.shake_factor_per_layer)} "
                         f"values for {m.num_layers} layers; give one per layer or ()")
+    k = c.shake
+    if k.variant not in ("none", "pos", "random"):
+        raise KjaxError(f"shake.variant={k.variant!r}; choose none, pos or random")
+    if k.position_variant not in ("none", "shared_position"):
+        raise KjaxError(f"shake.position_variant={k.position_variant!r}; choose none or "
+                        f"shared_position")
+    needs_pos = k.variant == "pos" or k.position_variant != "none"
+    if needs_pos and c.tokenizer.scheme == "sentencepiece":
+        raise KjaxError("shake.variant='pos' and shake.position_variant need POS tags: set "
+                        "tokenizer.scheme='morph-sp' or 'multihot' (plain sentencepiece has none)")
+    if shaking_enabled(c) and k.variant == "none":
+        raise KjaxError("model.shake_factor is non-zero but shake.variant='none' gives no B; "
+                        "set shake.variant to 'pos' or 'random'")
     if d.max_seq_len > m.max_position_embeddings:
         raise KjaxError(f"data.max_seq_len={d.max_seq_len} exceeds "
                         f"model.max_position_embeddings={m.max_position_embeddings}")

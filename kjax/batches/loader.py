@@ -14,25 +14,40 @@ from __future__ import annotations
 import grain
 import numpy as np
 
+from kjax.config import shaking_enabled
 from kjax.examples import records
-from kjax.examples.masking import choose_masks, unit_key
+from kjax.examples.masking import choose_masks, example_rng, unit_key
+from kjax.shake.matrix import build_shake_matrix
+from kjax.shake.variants import shared_position_ids
 from kjax.tokens.sentencepiece import PAD
 
-MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions", "mlm_ids",
-                "mlm_weights", "nsp_labels", "nsp_weights")
+EVAL_STREAM = 1 << 20  # eval's random choices (random-variant B) use their own stream
 
+class ToModelInputs(grain.transforms.RandomMap):
+    """One example → fixed-shape model inputs: dynamic masks (when configured),
+    the Eq. 1 matrix B and SHAKE position ids (when configured), padding."""
 
-class DynamicMask(grain.transforms.RandomMap):
-    def __init__(self, config):
+    def __init__(self, config, dynamic_masking: bool):
+        self.config, self.dynamic = config, dynamic_masking
         self.d, self.vocab_size = config.data, config.model.vocab_size
         self.unit_key = unit_key(config)
+        self.builds_b = config.shake.variant != "none" and shaking_enabled(config)
 
     def random_map(self, example, rng: np.random.Generator):
-        masked, positions, targets = choose_masks(
-            example["input_ids"], example[self.unit_key] if self.unit_key else None,
-            example["word_ids"] >= 0, rng, self.d.masked_lm_prob,
-            self.d.max_predictions_per_seq, self.vocab_size)
-        return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
+        if self.dynamic:
+            masked, positions, targets = choose_masks(
+                example["input_ids"], example[self.unit_key] if self.unit_key else None,
+                example["word_ids"] >= 0, rng, self.d.masked_lm_prob,
+                self.d.max_predictions_per_seq, self.vocab_size)
+            example = {**example, "input_ids": masked, "mlm_positions": positions,
+                       "mlm_ids": targets}
+        out = pad_example(example, self.d.max_seq_len, self.d.max_predictions_per_seq)
+        if self.builds_b:
+            out["shake"] = build_shake_matrix(example, self.d.max_seq_len, self.config.shake, rng)
+        if self.config.shake.position_variant == "shared_position":
+            out["position_ids"] = shared_position_ids(example, self.d.max_seq_len,
+                                                      self.config.shake)
+        return out
 
 
 def pad_example(example: dict, max_seq_len: int, max_predictions: int) -> dict:
@@ -65,9 +80,7 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
     source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "train"))
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
           [process_index::process_count].repeat(None).map(records.decode_example))
-    if d.masking == "dynamic":
-        ds = ds.random_map(DynamicMask(config))
-    ds = ds.map(lambda ex: pad_example(ex, d.max_seq_len, d.max_predictions_per_seq))
+    ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
     ds = ds.batch(batch // process_count, drop_remainder=True)
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2,
                                                 prefetch_buffer_size=config.train.prefetch))
@@ -81,10 +94,11 @@ def eval_batches(config, batch_size: int, max_batches: int, process_index: int =
     source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "eval"))
     local = batch_size // process_count
     indices = range(process_index, len(source), process_count)
+    to_inputs = ToModelInputs(config, dynamic_masking=False)  # eval masks are stored
     rows = []
     for i in indices:
-        rows.append(pad_example(records.decode_example(source[i]), d.max_seq_len,
-                                d.max_predictions_per_seq))
+        rows.append(to_inputs.random_map(records.decode_example(source[i]),
+                                         example_rng(d.seed, i, EVAL_STREAM)))
         if len(rows) == local:
             yield stack(rows)
             rows, max_batches = [], max_batches - 1

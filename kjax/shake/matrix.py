@@ -1,0 +1,133 @@
+"""Building B, the Eq. 1 matrix (METHODS §1.3), from per-position arrays.
+
+Positions are model positions: tokens for `sentencepiece`/`morph-sp`, and
+morphemes for `multihot`. Each position carries its morpheme id, eojeol id
+and POS tag id (-1 unit ids for [CLS]/[SEP]/[PAD]).
+
+POS pairs (query → key, weight):
+  group 1  JKS, JKO, JX             → the substantive they attach to, `boost_prem`
+  group 2  JKC, JKG, JKB, JKV, JKQ, JC → the substantive they attach to, 1
+  group 3  XPN, MM*                 → the substantive they modify (the next one), 1
+The substantive a postposition attaches to is the run of substantive
+morphemes (a compound noun is one run) nearest before it *in the same
+eojeol*; noun-deriving suffixes (XSN, as in 학생/들/이) and other
+postpositions (학교/에서/는) between them are skipped. A prefix (XPN)
+modifies the next substantive run in its eojeol, an adnominal (MM*) the
+first one in the following eojeol. Every query token × every key token of a
+pair gets the weight; `shake.tag_weights` overrides any tag's weight.
+
+Random variant: each non-special position is a query with probability p and
+boosts its score to one other non-special position chosen uniformly.
+
+B is stored as bfloat16 ([seq, seq]; exact for weights like 0.5, 1, 1.5, 2):
+half the bytes of float32, any weight a user may want, and the model casts
+it to the logits' dtype.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from kjax.morph.tags import TAGS, base_tag, is_substantive
+
+GROUP1 = ("JKS", "JKO", "JX")
+GROUP2 = ("JKC", "JKG", "JKB", "JKV", "JKQ", "JC")
+GROUP3 = ("XPN", "MM", "MMA", "MMD", "MMN")
+SKIPPABLE = ("XSN",) + GROUP1 + GROUP2   # between a postposition and its substantive
+B_DTYPE = ml_dtypes.bfloat16
+
+
+def tag_weights(shake_cfg) -> dict[str, float]:
+    weights = {t: float(shake_cfg.boost_prem) for t in GROUP1}
+    weights.update({t: 1.0 for t in GROUP2})
+    if shake_cfg.group3:
+        weights.update({t: 1.0 for t in GROUP3})
+    weights.update({t: float(w) for t, w in dict(shake_cfg.tag_weights).items()})
+    return weights
+
+
+def _morphemes(morph_ids, word_ids, tags):
+    """Morpheme runs in order: (positions, eojeol, tag name)."""
+    out, start = [], None
+    for i in range(len(morph_ids) + 1):
+        boundary = (i == len(morph_ids) or morph_ids[i] < 0
+                    or (i > 0 and morph_ids[i] != morph_ids[i - 1]))
+        if boundary and start is not None:
+            out.append((np.arange(start, i), int(word_ids[start]), base_tag(TAGS[tags[start]])))
+            start = None
+        if i < len(morph_ids) and morph_ids[i] >= 0 and start is None:
+            start = i
+    return out
+
+
+def _substantive_run(morphemes, k, step):
+    """Positions of the substantive run (a compound is one run) nearest to
+    morpheme k. Backwards (a postposition) it must be in k's eojeol, past
+    skippable tags only; forwards (a prefix/adnominal) past other prefixes
+    and adnominals only."""
+    eojeol = morphemes[k][1]
+    skippable = SKIPPABLE if step < 0 else GROUP3
+    j = k + step
+    while 0 <= j < len(morphemes):
+        positions, word, tag = morphemes[j]
+        if step < 0 and word != eojeol:
+            return None
+        if is_substantive(tag):
+            run = [positions]
+            while 0 <= j + step < len(morphemes) and morphemes[j + step][1] == word \
+                    and is_substantive(morphemes[j + step][2]):
+                j += step
+                run.append(morphemes[j][0])
+            return np.sort(np.concatenate(run)), word
+        if tag not in skippable:
+            return None
+        j += step
+    return None
+
+
+def pos_pairs(morph_ids, word_ids, tags, weights) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """(query positions, key positions, weight) for every POS pair of a sequence."""
+    morphemes = _morphemes(np.asarray(morph_ids), np.asarray(word_ids), np.asarray(tags))
+    pairs = []
+    for k, (positions, eojeol, tag) in enumerate(morphemes):
+        if weights.get(tag, 0.0) == 0.0:
+            continue
+        found = _substantive_run(morphemes, k, +1 if tag in GROUP3 else -1)
+        if found is None:
+            continue
+        keys, key_eojeol = found
+        # A prefix modifies a noun of its own eojeol; an adnominal one of a later eojeol.
+        if tag == "XPN" and key_eojeol != eojeol or tag in GROUP3[1:] and key_eojeol == eojeol:
+            continue
+        pairs.append((positions, keys, weights[tag]))
+    return pairs
+
+
+def random_pairs(maskable: np.ndarray, p: float, rng: np.random.Generator):
+    """Each selected position boosts its score to one random other position."""
+    candidates = np.flatnonzero(maskable)
+    pairs = []
+    if len(candidates) < 2:
+        return pairs
+    for q in candidates[rng.random(len(candidates)) < p]:
+        k = candidates[rng.integers(len(candidates) - 1)]
+        k = k if k < q else candidates[np.searchsorted(candidates, k) + 1]  # skip q itself
+        pairs.append((np.asarray([q]), np.asarray([k]), 1.0))
+    return pairs
+
+
+def build_shake_matrix(encoded: dict, seq_len: int, shake_cfg, rng=None) -> np.ndarray:
+    """B [seq_len, seq_len] (bfloat16) for one example; see the module doc."""
+    b = np.zeros((seq_len, seq_len), np.float32)
+    n = len(encoded["input_ids"])
+    if shake_cfg.variant == "pos":
+        pairs = pos_pairs(encoded["morph_ids"][:n], encoded["word_ids"][:n],
+                          encoded["tags"][:n], tag_weights(shake_cfg))
+    elif shake_cfg.variant == "random":
+        rng = rng if rng is not None else np.random.default_rng()
+        pairs = random_pairs(np.asarray(encoded["word_ids"][:n]) >= 0, shake_cfg.p, rng)
+    else:
+        pairs = []
+    for queries, keys, weight in pairs:
+        b[np.ix_(queries, keys)] = weight
+    return b.astype(B_DTYPE)
