@@ -19,7 +19,7 @@ from kjax.errors import KjaxError
 
 # Feature modules that add verbs: each has `register(verbs, add_config)` that
 # adds subparsers with `set_defaults(handler=fn)`; fn(args, config) runs the verb.
-VERB_MODULES: tuple[str, ...] = ()
+VERB_MODULES: tuple[str, ...] = ("kjax.inspect_text", "kjax.examples.beam_prepare")
 
 DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "tpu_configs", "demo.py")
@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     tt = tok_verbs.add_parser("train", help="train the vocabulary of tokenizer.scheme on "
                               "data.corpus; writes tokenizer.path(.model/.vocab)")
     _add_config(tt)
+    ts = tok_verbs.add_parser("stats", help="[UNK] rate and the share of morphemes split "
+                              "into several tokens (by POS class) on a corpus")
+    _add_config(ts)
+    ts.add_argument("--corpus", default=None, metavar="SPEC",
+                    help="files/globs or tfds:NAME/CONFIG:SPLIT (default data.corpus)")
+    ts.add_argument("--json", default=None, metavar="OUT", help="also write the figures here")
+    ts.add_argument("--max-sentences", type=int, default=None, metavar="N",
+                    help="stop after N sentences")
 
     prep = verbs.add_parser("prepare", help="corpus → NSP/MLM examples as ArrayRecord shards "
                             "in data.dir (streamed; a killed job resumes)")
@@ -100,12 +108,19 @@ def run(argv: list[str]) -> int:
         else:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.verb == "demo" and args.scheme:
-        args.overrides = [f"--config.tokenizer.scheme={args.scheme}", *args.overrides]
+        scheme = [f"--config.tokenizer.scheme={args.scheme}"]
+        if args.scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
+            scheme += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
+                       "--config.data.mask_unit=morpheme"]
+        args.overrides = [*scheme, *args.overrides]
     config = _load(args, parser)
     if args.verb in ("train", "eval", "demo"):
         from kjax.parallel.mesh import maybe_initialize_distributed
         maybe_initialize_distributed()
-    if args.verb == "tokenizer":
+    if args.verb == "tokenizer" and args.tokenizer_verb == "stats":
+        from kjax.tokens.stats import run_stats
+        run_stats(config, args.corpus, args.json, args.max_sentences)
+    elif args.verb == "tokenizer":
         from kjax.tokens.factory import train_tokenizer
         path, stats = train_tokenizer(config)
         print(f"tokenizer written to {path}\ncorpus: {stats.summary()}")

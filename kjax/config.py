@@ -41,6 +41,11 @@ def base_config() -> ConfigDict:
     m.attention_dropout_rate = 0.1
     m.layer_norm_eps = 1e-12
     m.initializer_range = 0.02
+    # Input generator: "onehot" (BERT: one token per position) or "multihot"
+    # (UKnowBERT, METHODS §2.3: one morpheme per position, Eq. 3–4).
+    m.input_mode = "onehot"
+    m.num_pos_tags = 64           # POS tag embedding rows (kjax.morph.tags.NUM_TAGS)
+    m.max_tokens_per_morpheme = 16  # E_inpos rows; later tokens share the last row
     m.dtype = "bfloat16"          # compute dtype of activations and matmuls
     m.param_dtype = "float32"     # parameters and optimizer state
     m.scan_layers = True          # nn.scan over layers: O(1) compile in depth
@@ -70,7 +75,9 @@ def base_config() -> ConfigDict:
     t.path = "runs/tokenizer/sp"  # model prefix: writes .model and .vocab
 
     c.data = d = ConfigDict()
-    d.corpus = ""                 # files/globs (comma separated), .gz ok; "konlpy" = demo corpus
+    d.corpus = ""                 # files/globs (comma separated), .gz ok; "konlpy" = demo corpus;
+                                  # "tfds:NAME/CONFIG[:SPLIT]" = a prepared TFDS dataset
+    d.tfds_data_dir = ""          # where that TFDS dataset was prepared ("" = tfds' default)
     d.document_per_file = False   # True: a file is a document, blank lines ignored
     d.dir = "runs/data"           # prepared ArrayRecord shards
     d.max_seq_len = 128
@@ -78,6 +85,7 @@ def base_config() -> ConfigDict:
     d.masked_lm_prob = 0.15
     d.short_seq_prob = 0.1
     d.nsp_prob = 0.5              # share of NSP negatives (B from another document)
+    d.max_targets_per_position = 8  # multihot: MLM targets kept per masked morpheme
     d.mask_unit = "eojeol"        # eojeol (whole word) | morpheme | token
     d.split_sentences = False     # split each corpus line into sentences with Kiwi
     d.masking = "dynamic"         # "dynamic" (in the loader) | "static" (stored)
@@ -98,6 +106,7 @@ def base_config() -> ConfigDict:
     r.eps = 1e-6
     r.grad_clip_norm = 1.0
     r.nsp_weight = 1.0
+    r.mlm_loss = "ce"             # ce (one-hot) | eq9 | bce | summed_ce (multihot, METHODS §2.4)
     r.seed = 0
     r.log_every = 100
     r.eval_every = 5000
@@ -218,6 +227,15 @@ def validate(c: ConfigDict) -> None:
     if d.max_seq_len > m.max_position_embeddings:
         raise KjaxError(f"data.max_seq_len={d.max_seq_len} exceeds "
                         f"model.max_position_embeddings={m.max_position_embeddings}")
+    if m.input_mode not in ("onehot", "multihot"):
+        raise KjaxError(f"model.input_mode={m.input_mode!r}; choose onehot or multihot")
+    if m.input_mode == "multihot" and c.tokenizer.scheme != "multihot":
+        raise KjaxError(f"model.input_mode='multihot' needs tokenizer.scheme='multihot' "
+                        f"(got {c.tokenizer.scheme!r}): positions are its morphemes")
+    allowed = ("eq9", "bce", "summed_ce") if m.input_mode == "multihot" else ("ce",)
+    if r.mlm_loss not in allowed:
+        raise KjaxError(f"train.mlm_loss={r.mlm_loss!r} with model.input_mode={m.input_mode!r};"
+                        f" choose one of {allowed}")
     if d.mask_unit not in ("eojeol", "morpheme", "token"):
         raise KjaxError(f"data.mask_unit={d.mask_unit!r}; choose eojeol, morpheme or token")
     if c.tokenizer.scheme == "multihot" and d.mask_unit == "token":

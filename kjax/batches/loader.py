@@ -16,7 +16,8 @@ import numpy as np
 
 from kjax.config import shaking_enabled
 from kjax.examples import records
-from kjax.examples.masking import choose_masks, example_rng, unit_key
+from kjax.batches.multihot import position_arrays, to_multihot
+from kjax.examples.masking import example_rng, mask_example
 from kjax.shake.matrix import build_shake_matrix
 from kjax.shake.variants import shared_position_ids
 from kjax.tokens.sentencepiece import PAD
@@ -29,23 +30,27 @@ class ToModelInputs(grain.transforms.RandomMap):
 
     def __init__(self, config, dynamic_masking: bool):
         self.config, self.dynamic = config, dynamic_masking
-        self.d, self.vocab_size = config.data, config.model.vocab_size
-        self.unit_key = unit_key(config)
+        self.d = config.data
+        self.multihot = config.model.input_mode == "multihot"
         self.builds_b = config.shake.variant != "none" and shaking_enabled(config)
 
     def random_map(self, example, rng: np.random.Generator):
         if self.dynamic:
-            masked, positions, targets = choose_masks(
-                example["input_ids"], example[self.unit_key] if self.unit_key else None,
-                example["word_ids"] >= 0, rng, self.d.masked_lm_prob,
-                self.d.max_predictions_per_seq, self.vocab_size)
-            example = {**example, "input_ids": masked, "mlm_positions": positions,
-                       "mlm_ids": targets}
-        out = pad_example(example, self.d.max_seq_len, self.d.max_predictions_per_seq)
+            example = mask_example(example, self.config, rng)
+        d = self.d
+        if self.multihot:
+            original = np.array(example["input_ids"])
+            original[example["mlm_positions"]] = example["mlm_ids"]
+            out = to_multihot(example, original, example["mlm_positions"], d.max_seq_len,
+                              d.max_predictions_per_seq, d.max_targets_per_position)
+            positions = position_arrays(example)  # B is over morphemes (METHODS §2.3)
+        else:
+            out = pad_example(example, d.max_seq_len, d.max_predictions_per_seq)
+            positions = example
         if self.builds_b:
-            out["shake"] = build_shake_matrix(example, self.d.max_seq_len, self.config.shake, rng)
+            out["shake"] = build_shake_matrix(positions, d.max_seq_len, self.config.shake, rng)
         if self.config.shake.position_variant == "shared_position":
-            out["position_ids"] = shared_position_ids(example, self.d.max_seq_len,
+            out["position_ids"] = shared_position_ids(positions, d.max_seq_len,
                                                       self.config.shake)
         return out
 

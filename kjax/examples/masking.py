@@ -24,6 +24,18 @@ def unit_key(config) -> str | None:
     return UNIT_KEYS[config.data.mask_unit]
 
 
+def mask_example(example: dict, config, rng: np.random.Generator) -> dict:
+    """Adds masks to an example: input_ids masked, mlm_positions (token
+    positions) and mlm_ids (their original ids). Specials are never masked."""
+    d, key = config.data, unit_key(config)
+    multihot = config.model.input_mode == "multihot"
+    masked, positions, targets = choose_masks(
+        example["input_ids"], example[key] if key else None, example["word_ids"] >= 0, rng,
+        d.masked_lm_prob, d.max_predictions_per_seq, config.model.vocab_size,
+        count_units=multihot)
+    return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
+
+
 def mask_units(unit_ids: np.ndarray, maskable: np.ndarray) -> list[np.ndarray]:
     """Groups maskable positions by unit id (consecutive runs of one id)."""
     positions = np.flatnonzero(maskable)
@@ -36,24 +48,27 @@ def mask_units(unit_ids: np.ndarray, maskable: np.ndarray) -> list[np.ndarray]:
 
 def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: np.ndarray,
                  rng: np.random.Generator, masked_lm_prob: float, max_predictions: int,
-                 vocab_size: int):
-    """Returns (masked input_ids, positions [p], original ids [p]); p ≤ max_predictions.
+                 vocab_size: int, count_units: bool = False):
+    """Returns (masked input_ids, token positions, original ids at them).
 
-    unit_ids None means token-level masking.
+    unit_ids None means token-level masking. The budget (masked_lm_prob of the
+    maskable tokens, at most max_predictions) counts tokens, or units when
+    `count_units` (multi-hot: a masked morpheme is one prediction position).
     """
     units_of = unit_ids if unit_ids is not None else np.arange(len(input_ids))
     units = mask_units(units_of, maskable)
-    n_tokens = int(maskable.sum())
-    budget = min(max_predictions, max(1, int(round(n_tokens * masked_lm_prob))))
+    population = len(units) if count_units else int(maskable.sum())
+    budget = min(max_predictions, max(1, int(round(population * masked_lm_prob))))
     chosen: list[np.ndarray] = []
     used = 0
     for u in rng.permutation(len(units)):
         if used >= budget:
             break
-        if used + len(units[u]) > budget:
+        cost = 1 if count_units else len(units[u])
+        if used + cost > budget:
             continue  # a unit is masked whole or not at all
         chosen.append(units[u])
-        used += len(units[u])
+        used += cost
     out = input_ids.copy()
     for unit in chosen:
         r = rng.random()

@@ -7,7 +7,13 @@ NSP negatives are drawn from other documents of the same chunk.
 
 Every random choice is seeded by (data.seed, chunk index), so the output
 does not depend on how many worker processes run, and a finished shard is
-skipped when a killed job is started again.
+skipped when a killed job is started again. `ChunkWorker` is the per-chunk
+work; kjax/examples/beam_prepare.py runs the same class as an Apache Beam
+pipeline and writes byte-identical shards.
+
+Bad input never stops the job and is never dropped silently: skipped lines
+(by reason), documents with no usable line, documents that gave no example
+and sentences that gave no token are counted in meta.json.
 """
 from __future__ import annotations
 
@@ -22,30 +28,17 @@ from tqdm import tqdm
 
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.examples.masking import choose_masks, example_rng, unit_key
+from kjax.examples.masking import example_rng, mask_example
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
 from kjax.tokens.factory import load_tokenizer, tokenizer_file
 
+# Counters every chunk reports (its marker) and `prepare` sums into meta.json.
+CHUNK_COUNTS = ("train_examples", "eval_examples", "tokens", "documents",
+                "documents_without_examples", "sentences_without_tokens",
+                "sentences_truncated", "unknown_tags")
+
 _worker_state: dict = {}
-
-
-def add_static_masks(example: dict, config, rng: np.random.Generator) -> dict:
-    d = config.data
-    key = unit_key(config)
-    masked, positions, targets = choose_masks(
-        example["input_ids"], example[key] if key else None,
-        example["word_ids"] >= 0, rng, d.masked_lm_prob, d.max_predictions_per_seq,
-        config.model.vocab_size)
-    return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
-
-
-def _init_worker(config) -> None:
-    _worker_state["config"] = config
-    _worker_state["tokenizer"] = load_tokenizer(config)
-    if config.data.split_sentences:
-        from kjax.morph.analyzer import KoreanAnalyzer
-        _worker_state["splitter"] = KoreanAnalyzer()
 
 
 def tokenize_documents(docs, tok, splitter=None):
@@ -59,31 +52,68 @@ def tokenize_documents(docs, tok, splitter=None):
     return [(i, [next(encoded) for _ in doc]) for i, doc in docs]
 
 
+class ChunkWorker:
+    """One chunk of documents → its train/eval shards and its marker, written
+    to `out_dir` (default data.dir). Everything random is seeded by
+    (data.seed, chunk index), so any process, pool or Beam worker that runs a
+    chunk writes the same bytes."""
+
+    def __init__(self, config, out_dir: str | None = None):
+        self.config, self.out_dir = config, out_dir or config.data.dir
+        self.tokenizer = load_tokenizer(config)
+        self.splitter = None
+        if config.data.split_sentences:
+            from kjax.morph.analyzer import KoreanAnalyzer
+            self.splitter = KoreanAnalyzer()
+
+    def _analyzer_counts(self) -> dict[str, int]:
+        stats = getattr(getattr(self.tokenizer, "analyzer", None), "stats", None)
+        if stats is None:
+            return {"sentences_truncated": 0, "unknown_tags": 0}
+        return {"sentences_truncated": stats.truncated + stats.skipped_long,
+                "unknown_tags": stats.unknown_tags}
+
+    def __call__(self, task) -> tuple[int, dict[str, int]]:
+        chunk_index, docs = task
+        config, d = self.config, self.config.data
+        rng = np.random.default_rng([d.seed, chunk_index])
+        before = self._analyzer_counts()
+        tokenized = tokenize_documents(docs, self.tokenizer, self.splitter)
+        counts = dict.fromkeys(CHUNK_COUNTS, 0)
+        counts.update({k: v - before[k] for k, v in self._analyzer_counts().items()})
+        counts["documents"] = len(docs)
+        counts["tokens"] = sum(len(s["ids"]) for _, doc in tokenized for s in doc)
+        counts["sentences_without_tokens"] = sum(not len(s["ids"]) for _, doc in tokenized
+                                                 for s in doc)
+        for split in ("train", "eval"):
+            held_out = lambda doc_id: doc_id % d.eval_every_nth_doc == 0  # noqa: E731
+            mine = [(i, doc) for i, doc in tokenized if held_out(i) == (split == "eval")]
+            pool = mine if len(mine) > 1 else tokenized
+            examples = []
+            for doc_id, doc in mine:
+                made = pairs_from_document(doc_id, doc, pool, rng, d.max_seq_len,
+                                           d.short_seq_prob, d.nsp_prob)
+                counts["documents_without_examples"] += not made  # e.g. nothing tokenized
+                examples += made
+            # Eval is always statically masked (one fixed copy) so its numbers are comparable.
+            if split == "eval" or d.masking == "static":
+                copies = 1 if split == "eval" else d.dupe_factor
+                examples = [mask_example(ex, config, example_rng(d.seed, n, dupe))
+                            for dupe in range(copies) for n, ex in enumerate(examples)]
+            records.write_shard(records.shard_path(self.out_dir, split, chunk_index), examples)
+            counts[f"{split}_examples"] = len(examples)
+        records.write_json(records.chunk_marker(self.out_dir, chunk_index), counts)  # "done"
+        return chunk_index, counts
+
+
+def _init_worker(config) -> None:
+    _worker_state["worker"] = ChunkWorker(config)
+
+
 def process_chunk(task) -> tuple[int, dict[str, int]]:
-    """Tokenizes one chunk of documents and writes its shards."""
-    chunk_index, docs = task
-    config, tok = _worker_state["config"], _worker_state["tokenizer"]
-    d = config.data
-    rng = np.random.default_rng([d.seed, chunk_index])
-    tokenized = tokenize_documents(docs, tok, _worker_state.get("splitter"))
-    counts = {"tokens": sum(len(s["ids"]) for _, doc in tokenized for s in doc)}
-    for split in ("train", "eval"):
-        held_out = lambda doc_id: doc_id % d.eval_every_nth_doc == 0  # noqa: E731
-        mine = [(i, doc) for i, doc in tokenized if held_out(i) == (split == "eval")]
-        pool = mine if len(mine) > 1 else tokenized
-        examples = []
-        for doc_id, doc in mine:
-            examples += pairs_from_document(doc_id, doc, pool, rng, d.max_seq_len,
-                                            d.short_seq_prob, d.nsp_prob)
-        # Eval is always statically masked (one fixed copy) so its numbers are comparable.
-        if split == "eval" or d.masking == "static":
-            copies = 1 if split == "eval" else d.dupe_factor
-            examples = [add_static_masks(ex, config, example_rng(d.seed, n, dupe))
-                        for dupe in range(copies) for n, ex in enumerate(examples)]
-        records.write_shard(records.shard_path(d.dir, split, chunk_index), examples)
-        counts[f"{split}_examples"] = len(examples)
-    records.write_json(records.chunk_marker(d.dir, chunk_index), counts)  # "chunk done"
-    return chunk_index, counts
+    """Tokenizes one chunk of documents and writes its shards (in a process
+    set up by `_init_worker`)."""
+    return _worker_state["worker"](task)
 
 
 def _chunks(config, files, stats, docs_per_chunk):
@@ -114,6 +144,15 @@ def check_fingerprint(config) -> None:
         records.write_json(path, mine)
 
 
+def new_totals() -> dict[str, int]:
+    return {**dict.fromkeys(CHUNK_COUNTS, 0), "chunks": 0, "chunks_reused": 0}
+
+
+def add_counts(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for k, v in counts.items():
+        totals[k] = totals.get(k, 0) + v
+
+
 def _pending_chunks(config, files, stats, totals):
     """Chunks still to do; finished ones (a resumed job) are counted and skipped."""
     d = config.data
@@ -122,8 +161,7 @@ def _pending_chunks(config, files, stats, totals):
         marker = records.chunk_marker(d.dir, chunk_index)
         if os.path.exists(marker):
             totals["chunks_reused"] += 1
-            for k, v in records.read_json(marker).items():
-                totals[k] += v
+            add_counts(totals, records.read_json(marker))
             continue
         yield chunk_index, docs
 
@@ -139,18 +177,40 @@ def _run_bounded(pool, fn, tasks, max_in_flight):
         yield future.result()
 
 
-def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
+def corpus_sources(config) -> list:
     d = config.data
-    files = resolve_corpus(d.corpus)
-    load_tokenizer(config)  # fail fast on a missing tokenizer or vocab mismatch
-    if len(list(itertools.islice(iter_documents(files, None, d.document_per_file), 2))) < 2:
+    return resolve_corpus(d.corpus, d.tfds_data_dir or None)
+
+
+def check_inputs(config, sources) -> None:
+    """Fail fast, before any work: tokenizer present and matching, >= 2 documents."""
+    d = config.data
+    load_tokenizer(config)
+    if len(list(itertools.islice(iter_documents(sources, None, d.document_per_file), 2))) < 2:
         raise KjaxError(f"data.corpus ({d.corpus}) has fewer than 2 documents; NSP needs "
                         f"at least 2 (separate documents with a blank line)")
+
+
+def build_meta(config, stats: CorpusStats, totals: dict[str, int]) -> dict:
+    """meta.json: the corpus report (skipped lines, documents with no usable
+    line or no example) and the shapes the loader checks."""
+    d = config.data
+    return {"corpus": stats.summary(), "documents": stats.documents,
+            "sentences": stats.sentences, "skipped_lines": stats.skipped,
+            "empty_documents": stats.empty_documents,
+            "vocab_size": config.model.vocab_size, "max_seq_len": d.max_seq_len,
+            "max_predictions_per_seq": d.max_predictions_per_seq, "masking": d.masking,
+            "mask_unit": d.mask_unit, "tokenizer": config.tokenizer.to_dict(), **totals}
+
+
+def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
+    d = config.data
+    files = corpus_sources(config)
+    check_inputs(config, files)
     os.makedirs(d.dir, exist_ok=True)
     check_fingerprint(config)
     stats = CorpusStats()
-    totals = {"train_examples": 0, "eval_examples": 0, "tokens": 0, "chunks": 0,
-              "chunks_reused": 0}
+    totals = new_totals()
     tasks = _pending_chunks(config, files, stats, totals)
     bar = tqdm(desc="prepare", unit="chunk", disable=not progress)
     if num_workers <= 1:
@@ -161,16 +221,11 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
         pool = cf.ProcessPoolExecutor(num_workers, initializer=_init_worker, initargs=(config,))
         results = _run_bounded(pool, process_chunk, tasks, 2 * num_workers)
     for _, counts in results:
-        for k, v in counts.items():
-            totals[k] += v
+        add_counts(totals, counts)
         bar.update()
     bar.close()
     if pool is not None:
         pool.shutdown()
-    meta = {"corpus": stats.summary(), "documents": stats.documents,
-            "sentences": stats.sentences, "skipped_lines": stats.skipped,
-            "vocab_size": config.model.vocab_size, "max_seq_len": d.max_seq_len,
-            "max_predictions_per_seq": d.max_predictions_per_seq, "masking": d.masking,
-            "mask_unit": d.mask_unit, "tokenizer": config.tokenizer.to_dict(), **totals}
+    meta = build_meta(config, stats, totals)
     records.write_meta(d.dir, meta)
     return meta

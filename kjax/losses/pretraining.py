@@ -8,6 +8,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
+from kjax.losses.multihot import get_multihot_loss, multihot_accuracy
+
 
 def weighted_ce(logits, labels, weights):
     """Mean softmax cross-entropy over rows with weight > 0, and accuracy."""
@@ -17,9 +19,23 @@ def weighted_ce(logits, labels, weights):
     return (losses * weights).sum() / total, (correct * weights).sum() / total
 
 
-def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0):
-    mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
-                                    batch["mlm_weights"])
+def multihot_mlm(logits, batch, name: str):
+    """Masked morphemes with several target tokens each (METHODS §2.4)."""
+    v = logits.shape[-1]
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+    args = (flat(logits).reshape(-1, v), flat(batch["mlm_target_ids"]),
+            flat(batch["mlm_target_mask"]), flat(batch["mlm_weights"]))
+    loss, _ = get_multihot_loss(name)(*args)
+    accuracy, correct = multihot_accuracy(*args)
+    return loss, accuracy
+
+
+def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: str = "ce"):
+    if mlm == "ce":
+        mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
+                                        batch["mlm_weights"])
+    else:
+        mlm_loss, mlm_acc = multihot_mlm(outputs["mlm_logits"], batch, mlm)
     nsp_loss, nsp_acc = weighted_ce(outputs["nsp_logits"], batch["nsp_labels"],
                                     batch["nsp_weights"])
     loss = mlm_loss + nsp_weight * nsp_loss

@@ -20,6 +20,9 @@ class EncoderConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    input_mode: str = "onehot"        # or "multihot" (METHODS §2.3, Eq. 3–4)
+    num_pos_tags: int = 64
+    max_tokens_per_morpheme: int = 16
     dtype: str = "bfloat16"
     param_dtype: str = "float32"
     scan_layers: bool = True

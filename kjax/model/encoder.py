@@ -51,13 +51,42 @@ class Embeddings(nn.Module):
                                          "position_embeddings")
         self.token_type_embeddings = table(cfg.type_vocab_size, (None, "embed"),
                                            "token_type_embeddings")
+        if cfg.input_mode == "multihot":
+            # E_inpos multiplies E_tok element-wise (Eq. 3): start near 1 so a
+            # morpheme's tokens begin as their plain embeddings.
+            near_one = lambda key, shape, dtype: 1.0 + nn.initializers.truncated_normal(  # noqa
+                cfg.initializer_range)(key, shape, dtype)
+            self.inpos_embeddings = nn.Embed(
+                cfg.max_tokens_per_morpheme, cfg.hidden_size, dtype=cfg.compute_dtype,
+                param_dtype=cfg.weight_dtype, name="inpos_embeddings",
+                embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
+            self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
         self.layer_norm = layer_norm(cfg, "layer_norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
-    def __call__(self, input_ids, token_type_ids, position_ids):
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-             + self.token_type_embeddings(token_type_ids))
-        return self.dropout(self.layer_norm(x), deterministic=self.deterministic)
+    def __call__(self, input_ids, token_type_ids, position_ids, multihot=None):
+        """Returns (embedded positions, Input_k before LayerNorm)."""
+        if multihot is None:
+            tokens = self.word_embeddings(input_ids)
+        else:
+            tokens = self.morpheme_vectors(multihot, token_type_ids.shape[-1])
+        x = tokens + self.position_embeddings(position_ids) + \
+            self.token_type_embeddings(token_type_ids)
+        if multihot is not None:
+            x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
+        return self.dropout(self.layer_norm(x), deterministic=self.deterministic), x
+
+    def morpheme_vectors(self, multihot, num_positions):
+        """T_k = Σ_i E_tok[t_i] ⊙ E_inpos[i] over the tokens of morpheme k (Eq. 3),
+        a segment sum per example over the flat token stream."""
+        cfg = self.config
+        inpos = jnp.minimum(multihot["token_inpos"], cfg.max_tokens_per_morpheme - 1)
+        vectors = self.word_embeddings(multihot["token_ids"]) * self.inpos_embeddings(inpos)
+        owner = multihot["token_position"]
+        vectors = jnp.where((owner >= 0)[..., None], vectors, 0)
+        segment_sum = lambda v, o: jax.ops.segment_sum(  # noqa: E731
+            v, jnp.maximum(o, 0), num_segments=num_positions)
+        return jax.vmap(segment_sum)(vectors, owner)
 
     def attend(self, h):
         """Tied MLM decoder: logits = h · E_wordᵀ, accumulated in fp32."""
@@ -144,17 +173,23 @@ class BertForPreTraining(nn.Module):
                                    cfg.weight_dtype)
         self.nsp = dense(cfg, 2, ("mlp", None), "nsp")
 
-    def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None):
+    def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
+               multihot=None, return_inputs=False):
+        """(hidden [b, s, H], analysis or None[, Input_k]). With `multihot` (token_ids,
+        token_position, token_inpos [b, t]; position_tags [b, s]) positions are
+        morphemes and `input_ids` is unused."""
+        shape = token_type_ids.shape
         if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+            position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
+        x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        return self.encoder(x, padding_bias(attention_mask), shake)
+        hidden, analysis = self.encoder(x, padding_bias(attention_mask), shake)
+        return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
-                 position_ids=None, shake=None):
+                 position_ids=None, shake=None, multihot=None):
         hidden, analysis = self.encode(input_ids, token_type_ids, attention_mask,
-                                       position_ids, shake)
+                                       position_ids, shake, multihot)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else jnp.take_along_axis(

@@ -45,15 +45,21 @@ def make_model(config, deterministic: bool, return_analysis: bool = False):
 
 
 def dummy_inputs(config, batch_size: int = 1):
+    """(positional args, keyword args) that trace every parameter at init."""
     s, p = config.data.max_seq_len, config.data.max_predictions_per_seq
     ids = jnp.zeros((batch_size, s), jnp.int32)
-    return ids, ids, jnp.ones_like(ids), jnp.zeros((batch_size, p), jnp.int32)
+    kwargs = {}
+    if config.model.input_mode == "multihot":
+        kwargs["multihot"] = {"token_ids": ids, "token_position": ids, "token_inpos": ids,
+                              "position_tags": ids}
+    return (ids, ids, jnp.ones_like(ids), jnp.zeros((batch_size, p), jnp.int32)), kwargs
 
 
 def _init_fn(config, model, tx):
     def init(rng):
         params_rng, dropout_rng = jax.random.split(rng)
-        params = model.init(params_rng, *dummy_inputs(config))["params"]
+        args, kwargs = dummy_inputs(config)
+        params = model.init(params_rng, *args, **kwargs)["params"]
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": tx.init(params), "rng": jax.random.key_data(dropout_rng)}
     return init

@@ -20,22 +20,28 @@ from kjax.train.state import learning_rate_schedule
 MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")
 
 
+MULTIHOT_KEYS = ("token_ids", "token_position", "token_inpos", "position_tags")
+
+
 def _forward(model, params, batch, rngs=None):
     # Optional arrays (SHAKE's B, its position ids) pass through when present.
     extra = {k: batch[k] for k in ("shake", "position_ids") if k in batch}
-    return model.apply({"params": params}, *(batch[k] for k in MODEL_KEYS), rngs=rngs, **extra)
+    if "token_ids" in batch:  # multi-hot input: positions are morphemes
+        extra["multihot"] = {k: batch[k] for k in MULTIHOT_KEYS}
+    return model.apply({"params": params}, batch.get("input_ids"),
+                       *(batch[k] for k in MODEL_KEYS[1:]), rngs=rngs, **extra)
 
 
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
-    nsp_weight = config.train.nsp_weight
+    nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
 
     def train_step(state, batch):
         rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
 
         def loss_fn(params):
             outputs = _forward(train_model, params, batch, rngs={"dropout": rng})
-            return pretraining_loss(outputs, batch, nsp_weight)
+            return pretraining_loss(outputs, batch, nsp_weight, mlm_loss)
 
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -58,11 +64,11 @@ def make_train_step(config, mesh, train_model, tx, shardings):
 
 def make_eval_step(config, mesh, eval_model, param_shardings):
     """Returns weighted sums so batches of any fill combine exactly on the host."""
-    nsp_weight = config.train.nsp_weight
+    nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
 
     def eval_step(params, batch):
         outputs = _forward(eval_model, params, batch)
-        _, m = pretraining_loss(outputs, batch, nsp_weight)
+        _, m = pretraining_loss(outputs, batch, nsp_weight, mlm_loss)
         mlm_w, nsp_w = batch["mlm_weights"].sum(), batch["nsp_weights"].sum()
         return {"mlm_loss": m["mlm_loss"] * mlm_w, "mlm_accuracy": m["mlm_accuracy"] * mlm_w,
                 "nsp_loss": m["nsp_loss"] * nsp_w, "nsp_accuracy": m["nsp_accuracy"] * nsp_w,

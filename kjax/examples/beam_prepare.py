@@ -1,0 +1,265 @@
+"""`kjax prepare-beam`: `kjax prepare` as an Apache Beam pipeline (the `[beam]`
+extra), for corpora too big for one machine. The shards are byte-identical
+to `kjax prepare`'s: every chunk is made by the same `ChunkWorker`, seeded by
+(data.seed, chunk index), from the same documents with the same ids.
+
+    kjax prepare-beam --config C                                  (DirectRunner)
+    kjax prepare-beam --config C --beam-options="--runner=DataflowRunner --project=P \
+        --region=R --temp_location=gs://B/tmp --setup_file=./setup.py"
+
+(`--beam-options=` with the `=`: its value starts with `--`.) docs/PREPARE.md
+has the Dataflow, Flink and Spark commands.
+
+The pipeline (all I/O through Beam's FileSystems: local paths, gs://, s3://):
+
+    sources ─ count documents per source ─ first doc id per source (side input)
+        └─ read each source again, number its documents, key them by chunk
+           (doc_id // data.docs_per_chunk) ─ GroupByKey ─ ChunkWorker
+           ─ copy shards, then the chunk marker, to data.dir ─ sum ─ meta.json
+
+Chunks span files as in `kjax prepare`, so the global document numbering
+needs every source's count first: the corpus is read twice, in parallel, and
+the documents travel through Beam's shuffle (no seeking into .gz files, no
+scan of the whole corpus on the launching machine). Chunks whose marker is
+already in data.dir are skipped, so a failed job resumes; the tokenizer is
+shipped inside the pipeline, so workers need only kjax installed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import tempfile
+
+from kjax.errors import KjaxError
+from kjax.examples import records
+from kjax.examples.prepare import (ChunkWorker, add_counts, build_meta, check_inputs,
+                                   corpus_sources, fingerprint, new_totals)
+from kjax.text.corpus import CorpusStats, beam_filesystems, is_url, iter_documents
+from kjax.tokens.factory import tokenizer_file
+
+_MARKER = re.compile(r"chunk-(\d+)\.json$")
+
+
+def _import_beam():
+    try:
+        import apache_beam as beam
+    except ImportError as e:
+        raise KjaxError(f"`kjax prepare-beam` needs Apache Beam, which cannot be imported "
+                        f"({e}); install it with: pip install 'kjax[beam]'") from None
+    return beam
+
+
+# ---- files through Beam's FileSystems (local and remote alike) -------------
+def _join(directory: str, name: str) -> str:
+    return beam_filesystems().join(directory, name) if is_url(directory) \
+        else os.path.join(directory, name)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    """Atomic like records.write_json: a temporary name, then a rename."""
+    fs = beam_filesystems()
+    with fs.create(path + ".tmp", compression_type="uncompressed") as f:
+        f.write(data)
+    fs.rename([path + ".tmp"], [path])
+
+
+def _write_json(path: str, obj: dict) -> None:
+    # Same bytes as records.write_json, so local and Beam outputs are interchangeable.
+    _write_bytes(path, json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8"))
+
+
+def _read_json(path: str) -> dict:
+    with beam_filesystems().open(path, compression_type="uncompressed") as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def _publish(local_path: str, path: str) -> None:
+    with open(local_path, "rb") as f:
+        _write_bytes(path, f.read())
+    os.remove(local_path)
+
+
+def finished_chunks(out_dir: str) -> dict[int, dict]:
+    """{chunk index: counts} of the chunks whose marker is in out_dir."""
+    fs = beam_filesystems()
+    found = fs.match([_join(out_dir, "chunk-*.json")])[0].metadata_list
+    done = {}
+    for m in found:
+        match = _MARKER.search(m.path)
+        if match:
+            done[int(match.group(1))] = _read_json(m.path)
+    return done
+
+
+def _check_fingerprint(config, out_dir: str) -> None:
+    """kjax.examples.prepare.check_fingerprint, for any filesystem."""
+    path = _join(out_dir, "fingerprint.json")
+    mine = json.loads(json.dumps(fingerprint(config)))
+    if beam_filesystems().exists(path):
+        if _read_json(path) != mine:
+            raise KjaxError(f"{out_dir} holds shards made with another data config or "
+                            f"tokenizer; delete it or set data.dir to a new directory")
+    else:
+        _write_json(path, mine)
+
+
+def tokenizer_files(config) -> dict[str, bytes]:
+    """The tokenizer's files by suffix after tokenizer.path (shipped to workers)."""
+    main = tokenizer_file(config)
+    out = {}
+    for path in (main, main + ".json"):  # multihot keeps its settings next to the vocabulary
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                out[path[len(config.tokenizer.path):]] = f.read()
+    return out
+
+
+# ---- pipeline steps (module level: workers import them) ---------------------
+def _count_documents(item, document_per_file: bool) -> tuple[int, dict]:
+    index, source = item
+    stats = CorpusStats()
+    for _ in iter_documents([source], stats, document_per_file):
+        pass
+    return index, dataclasses.asdict(stats)
+
+
+def _first_doc_ids(counted: list) -> dict[int, int]:
+    first, total = {}, 0
+    for index, stats in sorted(counted):
+        first[index], total = total, total + stats["documents"]
+    return first
+
+
+def _merge_stats(counted: list) -> dict:
+    """Per-source stats merged in source order: the report `kjax prepare` gives."""
+    stats = CorpusStats()
+    for _, part in sorted(counted, key=lambda x: x[0]):
+        stats.merge(CorpusStats(**part))
+    return dataclasses.asdict(stats)
+
+
+def _keyed_documents(item, first_ids: dict, docs_per_chunk: int, document_per_file: bool,
+                     skip: frozenset):
+    index, source = item
+    for n, doc in enumerate(iter_documents([source], CorpusStats(), document_per_file)):
+        doc_id = first_ids[index] + n
+        if doc_id // docs_per_chunk not in skip:
+            yield doc_id // docs_per_chunk, (doc_id, doc)
+
+
+def _sum_counts(parts) -> dict:
+    total: dict = {}
+    for part in parts:
+        add_counts(total, part)
+    return total
+
+
+def _config_from(config_dict: dict, **changes):
+    from kjax.config import ConfigDict
+    config = ConfigDict(config_dict)
+    for dotted, value in changes.items():
+        section, key = dotted.split(".")
+        config[section][key] = value
+    return config
+
+
+def _write_meta(summed: dict, stats: dict, config_dict: dict, out_dir: str, reused: int):
+    config = _config_from(config_dict)
+    corpus = CorpusStats(**stats)
+    totals = new_totals()
+    add_counts(totals, summed)
+    totals["chunks"] = math.ceil(corpus.documents / config.data.docs_per_chunk)
+    totals["chunks_reused"] = reused
+    _write_json(_join(out_dir, records.META_FILE), build_meta(config, corpus, totals))
+
+
+def make_chunk_fn(beam):
+    class PrepareChunk(beam.DoFn):
+        """Runs ChunkWorker in a local scratch directory, then publishes the
+        shards and, last, the marker (its presence means "chunk done")."""
+
+        def __init__(self, config_dict: dict, tokenizer: dict[str, bytes], out_dir: str):
+            self.config_dict, self.tokenizer, self.out_dir = config_dict, tokenizer, out_dir
+
+        def setup(self):
+            self.scratch = tempfile.mkdtemp(prefix="kjax-beam-")
+            prefix = os.path.join(self.scratch, "tokenizer")
+            for suffix, data in self.tokenizer.items():
+                with open(prefix + suffix, "wb") as f:
+                    f.write(data)
+            config = _config_from(self.config_dict, **{"tokenizer.path": prefix})
+            self.local = os.path.join(self.scratch, "shards")
+            os.makedirs(self.local)
+            self.worker = ChunkWorker(config, out_dir=self.local)
+
+        def process(self, element):
+            chunk_index, docs = element
+            _, counts = self.worker((chunk_index, sorted(docs, key=lambda d: d[0])))
+            for split in ("train", "eval"):
+                name = os.path.basename(records.shard_path("", split, chunk_index))
+                _publish(os.path.join(self.local, name), _join(self.out_dir, name))
+            name = os.path.basename(records.chunk_marker("", chunk_index))
+            _publish(os.path.join(self.local, name), _join(self.out_dir, name))
+            yield counts
+
+        def teardown(self):
+            shutil.rmtree(getattr(self, "scratch", ""), ignore_errors=True)
+
+    return PrepareChunk
+
+
+def build_pipeline(pipeline, config, sources: list, done: dict[int, dict]) -> None:
+    beam = _import_beam()
+    d, config_dict = config.data, config.to_dict()
+    sources_pc = (pipeline | "sources" >> beam.Create(list(enumerate(sources)))
+                  | "spread sources" >> beam.Reshuffle())
+    counted = sources_pc | "count documents" >> beam.Map(_count_documents, d.document_per_file)
+    counted_list = counted | "gather counts" >> beam.combiners.ToList()
+    first_ids = beam.pvalue.AsSingleton(counted_list | "first ids" >> beam.Map(_first_doc_ids))
+    stats = beam.pvalue.AsSingleton(counted_list | "merge stats" >> beam.Map(_merge_stats))
+    made = (sources_pc
+            | "number documents" >> beam.FlatMap(_keyed_documents, first_ids, d.docs_per_chunk,
+                                                 d.document_per_file, frozenset(done))
+            | "group chunks" >> beam.GroupByKey()
+            | "prepare chunks" >> beam.ParDo(
+                make_chunk_fn(beam)(config_dict, tokenizer_files(config), d.dir)))
+    reused = pipeline | "reused chunks" >> beam.Create(list(done.values()))
+    ((made, reused) | beam.Flatten() | "sum counts" >> beam.CombineGlobally(_sum_counts)
+     | "write meta" >> beam.Map(_write_meta, stats, config_dict, d.dir, len(done)))
+
+
+def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
+    """Runs the pipeline (blocking) and returns meta.json, as `prepare` does."""
+    beam = _import_beam()
+    from apache_beam.options.pipeline_options import PipelineOptions
+    d = config.data
+    sources = corpus_sources(config)
+    check_inputs(config, sources)
+    if not is_url(d.dir):
+        os.makedirs(d.dir, exist_ok=True)
+    _check_fingerprint(config, d.dir)
+    done = finished_chunks(d.dir)
+    with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
+        build_pipeline(pipeline, config, sources, done)
+    return _read_json(_join(d.dir, records.META_FILE))
+
+
+def register(verbs, add_config) -> None:
+    p = verbs.add_parser("prepare-beam", help="`kjax prepare` as an Apache Beam pipeline "
+                         "(DirectRunner, Dataflow, Flink, Spark); byte-identical shards")
+    add_config(p)
+    p.add_argument("--beam-options", default="", metavar="'--runner=... ...'",
+                   help="Beam pipeline options as one string; write --beam-options='--runner="
+                   "DataflowRunner --project=P ...' (with '='). Default: DirectRunner")
+    p.set_defaults(handler=_run)
+
+
+def _run(args, config) -> int:
+    meta = prepare_beam(config, shlex.split(args.beam_options))
+    print(json.dumps(meta, ensure_ascii=False, indent=2, default=str))
+    return 0
