@@ -5,6 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
@@ -13,20 +14,27 @@ export JAX_PLATFORMS ?= cpu
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev]'
+	$(PIP) install -q -e .
 	touch $(STAMP)
 
-venv: $(STAMP)
+# The tests exercise the torch/tfds/beam extras too. The CPU build of PyTorch
+# goes first: an unpinned torch would pull GBs of CUDA packages.
+$(DEV): $(STAMP)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]'
+	touch $(DEV)
+
+venv: $(DEV)
 
 # A real small pretraining on CPU on the embedded Korean corpus (see README).
 demo: $(STAMP)
 	$(VENV)/bin/kjax demo --workdir runs/demo
 
-test: $(STAMP)
+test: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --durations=10
 
 # Everything but the tests marked slow.
-test-fast: $(STAMP)
+test-fast: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 -m "not slow"
 
 clean:

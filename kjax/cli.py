@@ -19,7 +19,10 @@ from kjax.errors import KjaxError
 
 # Feature modules that add verbs: each has `register(verbs, add_config)` that
 # adds subparsers with `set_defaults(handler=fn)`; fn(args, config) runs the verb.
-VERB_MODULES: tuple[str, ...] = ("kjax.inspect_text", "kjax.examples.beam_prepare")
+VERB_MODULES: tuple[str, ...] = ("kjax.inspect_text", "kjax.examples.beam_prepare",
+                                 "kjax.finetune.cli",
+                                 "kjax.export.cli",
+                                 "kjax.analysis.cli")
 
 DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "tpu_configs", "demo.py")
@@ -36,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    tok = verbs.add_parser("tokenizer", help="train a tokenizer vocabulary")
+    tok = verbs.add_parser("tokenizer", help="train a tokenizer vocabulary, or measure one "
+                           "(stats)")
     tok_verbs = tok.add_subparsers(dest="tokenizer_verb", required=True, metavar="ACTION")
     tt = tok_verbs.add_parser("train", help="train the vocabulary of tokenizer.scheme on "
                               "data.corpus; writes tokenizer.path(.model/.vocab)")

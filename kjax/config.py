@@ -65,6 +65,21 @@ def base_config() -> ConfigDict:
     k.p = 0.08                    # random variant: share of query positions
     k.position_variant = "none"   # none | shared_position (§1.5 variant 5)
 
+    # UKnowBERT's knowledge objectives (METHODS §2.5): a head exists when its
+    # weight is > 0. Resource files in the formats of kjax/knowledge/data/README.md;
+    # "" uses the samples shipped with kjax.
+    c.knowledge = g = ConfigDict()
+    g.hypernym_weight = 0.0
+    g.sense_weight = 0.0
+    g.verb_weight = 0.0
+    g.hypernyms = ""
+    g.sense_vectors = ""
+    g.case_frames = ""
+    g.sense_dim = 16              # must match the sense-vector file
+    g.max_hypernym = 20           # nouns per sequence with a hypernym target
+    g.max_sense = 20
+    g.max_hypernyms_per_noun = 8
+
     c.tokenizer = t = ConfigDict()
     t.scheme = "sentencepiece"    # sentencepiece | morph-sp | multihot (kjax/tokens/factory.py)
     t.vocab_size = 32000          # multihot: the BPE size before the §2.1 rewriting
@@ -197,6 +212,11 @@ def shaking_enabled(c: ConfigDict) -> bool:
     return m.shake_factor != 0 or any(x != 0 for x in m.shake_factor_per_layer)
 
 
+def knowledge_enabled(c: ConfigDict) -> bool:
+    g = c.knowledge
+    return bool(g.hypernym_weight or g.sense_weight or g.verb_weight)
+
+
 def validate(c: ConfigDict) -> None:
     """Cheap static checks; mesh/device checks live in kjax.parallel.mesh."""
     m, d, r = c.model, c.data, c.train
@@ -236,6 +256,10 @@ def validate(c: ConfigDict) -> None:
     if r.mlm_loss not in allowed:
         raise KjaxError(f"train.mlm_loss={r.mlm_loss!r} with model.input_mode={m.input_mode!r};"
                         f" choose one of {allowed}")
+    g = c.knowledge
+    if (g.hypernym_weight or g.sense_weight or g.verb_weight) and m.input_mode != "multihot":
+        raise KjaxError("the knowledge objectives work on morpheme positions: set "
+                        "model.input_mode='multihot' (and tokenizer.scheme='multihot')")
     if d.mask_unit not in ("eojeol", "morpheme", "token"):
         raise KjaxError(f"data.mask_unit={d.mask_unit!r}; choose eojeol, morpheme or token")
     if c.tokenizer.scheme == "multihot" and d.mask_unit == "token":

@@ -44,3 +44,7 @@ def prepared(tmp_path_factory):
     train_tokenizer(config)
     prepare(config, progress=False)
     return tmp
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: end-to-end runs of a minute or more (kept in CI)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
-from kjax.config import shaking_enabled
+from kjax.config import knowledge_enabled, shaking_enabled
 from kjax.examples import records
 from kjax.batches.multihot import position_arrays, to_multihot
 from kjax.examples.masking import example_rng, mask_example
@@ -32,6 +32,11 @@ class ToModelInputs(grain.transforms.RandomMap):
         self.config, self.dynamic = config, dynamic_masking
         self.d = config.data
         self.multihot = config.model.input_mode == "multihot"
+        self.knowledge = None
+        if knowledge_enabled(config):
+            from kjax.batches.knowledge import KnowledgeTargets
+            from kjax.tokens.factory import open_tokenizer
+            self.knowledge = KnowledgeTargets(config, open_tokenizer(config))
         self.builds_b = config.shake.variant != "none" and shaking_enabled(config)
 
     def random_map(self, example, rng: np.random.Generator):
@@ -44,6 +49,9 @@ class ToModelInputs(grain.transforms.RandomMap):
             out = to_multihot(example, original, example["mlm_positions"], d.max_seq_len,
                               d.max_predictions_per_seq, d.max_targets_per_position)
             positions = position_arrays(example)  # B is over morphemes (METHODS §2.3)
+            if self.knowledge is not None:
+                masked = out["mlm_positions"][out["mlm_weights"] > 0]
+                out.update(self.knowledge(original, example, masked, rng))
         else:
             out = pad_example(example, d.max_seq_len, d.max_predictions_per_seq)
             positions = example

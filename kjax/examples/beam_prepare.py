@@ -36,13 +36,12 @@ import shutil
 import tempfile
 
 from kjax.errors import KjaxError
-from kjax.examples import records
-from kjax.examples.prepare import (ChunkWorker, add_counts, build_meta, check_inputs,
-                                   corpus_sources, fingerprint, new_totals)
 from kjax.text.corpus import CorpusStats, beam_filesystems, is_url, iter_documents
-from kjax.tokens.factory import tokenizer_file
 
+# kjax.examples.prepare / records are imported where used: they load flax and
+# sentencepiece, and this module is imported by every `kjax` command (its verb).
 _MARKER = re.compile(r"chunk-(\d+)\.json$")
+META_FILE = "meta.json"  # = records.META_FILE (asserted in tests)
 
 
 def _import_beam():
@@ -98,6 +97,7 @@ def finished_chunks(out_dir: str) -> dict[int, dict]:
 
 def _check_fingerprint(config, out_dir: str) -> None:
     """kjax.examples.prepare.check_fingerprint, for any filesystem."""
+    from kjax.examples.prepare import fingerprint
     path = _join(out_dir, "fingerprint.json")
     mine = json.loads(json.dumps(fingerprint(config)))
     if beam_filesystems().exists(path):
@@ -110,6 +110,7 @@ def _check_fingerprint(config, out_dir: str) -> None:
 
 def tokenizer_files(config) -> dict[str, bytes]:
     """The tokenizer's files by suffix after tokenizer.path (shipped to workers)."""
+    from kjax.tokens.factory import tokenizer_file
     main = tokenizer_file(config)
     out = {}
     for path in (main, main + ".json"):  # multihot keeps its settings next to the vocabulary
@@ -153,6 +154,7 @@ def _keyed_documents(item, first_ids: dict, docs_per_chunk: int, document_per_fi
 
 
 def _sum_counts(parts) -> dict:
+    from kjax.examples.prepare import add_counts
     total: dict = {}
     for part in parts:
         add_counts(total, part)
@@ -169,13 +171,14 @@ def _config_from(config_dict: dict, **changes):
 
 
 def _write_meta(summed: dict, stats: dict, config_dict: dict, out_dir: str, reused: int):
+    from kjax.examples.prepare import add_counts, build_meta, new_totals
     config = _config_from(config_dict)
     corpus = CorpusStats(**stats)
     totals = new_totals()
     add_counts(totals, summed)
     totals["chunks"] = math.ceil(corpus.documents / config.data.docs_per_chunk)
     totals["chunks_reused"] = reused
-    _write_json(_join(out_dir, records.META_FILE), build_meta(config, corpus, totals))
+    _write_json(_join(out_dir, META_FILE), build_meta(config, corpus, totals))
 
 
 def make_chunk_fn(beam):
@@ -187,6 +190,7 @@ def make_chunk_fn(beam):
             self.config_dict, self.tokenizer, self.out_dir = config_dict, tokenizer, out_dir
 
         def setup(self):
+            from kjax.examples.prepare import ChunkWorker
             self.scratch = tempfile.mkdtemp(prefix="kjax-beam-")
             prefix = os.path.join(self.scratch, "tokenizer")
             for suffix, data in self.tokenizer.items():
@@ -198,6 +202,7 @@ def make_chunk_fn(beam):
             self.worker = ChunkWorker(config, out_dir=self.local)
 
         def process(self, element):
+            from kjax.examples import records
             chunk_index, docs = element
             _, counts = self.worker((chunk_index, sorted(docs, key=lambda d: d[0])))
             for split in ("train", "eval"):
@@ -237,6 +242,7 @@ def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
     """Runs the pipeline (blocking) and returns meta.json, as `prepare` does."""
     beam = _import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
+    from kjax.examples.prepare import check_inputs, corpus_sources
     d = config.data
     sources = corpus_sources(config)
     check_inputs(config, sources)
@@ -246,7 +252,7 @@ def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
     done = finished_chunks(d.dir)
     with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
         build_pipeline(pipeline, config, sources, done)
-    return _read_json(_join(d.dir, records.META_FILE))
+    return _read_json(_join(d.dir, META_FILE))
 
 
 def register(verbs, add_config) -> None:

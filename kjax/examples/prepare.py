@@ -21,6 +21,7 @@ import concurrent.futures as cf
 import hashlib
 import itertools
 import json
+import multiprocessing
 import os
 
 import numpy as np
@@ -218,7 +219,10 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
         results = map(process_chunk, tasks)
         pool = None
     else:
-        pool = cf.ProcessPoolExecutor(num_workers, initializer=_init_worker, initargs=(config,))
+        # Spawned, not forked: the parent may hold threads (Kiwi's pool, JAX,
+        # grain) that a forked child inherits broken.
+        pool = cf.ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=_init_worker, initargs=(config,))
         results = _run_bounded(pool, process_chunk, tasks, 2 * num_workers)
     for _, counts in results:
         add_counts(totals, counts)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
+from kjax.losses.knowledge import knowledge_losses
 from kjax.losses.multihot import get_multihot_loss, multihot_accuracy
 
 
@@ -30,7 +31,9 @@ def multihot_mlm(logits, batch, name: str):
     return loss, accuracy
 
 
-def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: str = "ce"):
+def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: str = "ce",
+                     knowledge_weights: dict | None = None):
+    """MLM + nsp_weight·NSP (+ Σ weight·knowledge loss, METHODS §2.5)."""
     if mlm == "ce":
         mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
                                         batch["mlm_weights"])
@@ -39,6 +42,10 @@ def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: s
     nsp_loss, nsp_acc = weighted_ce(outputs["nsp_logits"], batch["nsp_labels"],
                                     batch["nsp_weights"])
     loss = mlm_loss + nsp_weight * nsp_loss
-    metrics = {"loss": loss, "mlm_loss": mlm_loss, "mlm_accuracy": mlm_acc,
+    metrics = {"mlm_loss": mlm_loss, "mlm_accuracy": mlm_acc,
                "nsp_loss": nsp_loss, "nsp_accuracy": nsp_acc}
-    return loss, metrics
+    if knowledge_weights:
+        extra, knowledge_metrics = knowledge_losses(outputs, batch, knowledge_weights)
+        loss = loss + extra
+        metrics.update(knowledge_metrics)
+    return loss, {"loss": loss, **metrics}

@@ -20,15 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from kjax.model.config import EncoderConfig
-
-
-def kernel_init(config: EncoderConfig, axes: tuple[str, ...]):
-    init = nn.initializers.truncated_normal(config.initializer_range)
-    return nn.with_logical_partitioning(init, axes)
-
-
-def zeros_init(axes: tuple[str, ...]):
-    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+from kjax.model.layers import kernel_init, zeros_init
 
 
 def shake_scores(scores: jax.Array, shake: jax.Array, bf: jax.Array) -> jax.Array:

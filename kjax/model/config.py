@@ -23,6 +23,10 @@ class EncoderConfig:
     input_mode: str = "onehot"        # or "multihot" (METHODS §2.3, Eq. 3–4)
     num_pos_tags: int = 64
     max_tokens_per_morpheme: int = 16
+    # Knowledge heads (METHODS §2.5), pretraining only.
+    hypernym_head: bool = False
+    sense_dim: int = 0
+    verb_head: bool = False
     dtype: str = "bfloat16"
     param_dtype: str = "float32"
     scan_layers: bool = True
@@ -47,10 +51,15 @@ class EncoderConfig:
         return any(bf != 0.0 for bf in self.shake_factor)
 
     @classmethod
-    def from_config(cls, model_cfg) -> "EncoderConfig":
-        """From the `model` branch of a kjax ConfigDict."""
-        fields = {f.name for f in dataclasses.fields(cls)} - {"shake_factor"}
+    def from_config(cls, model_cfg, knowledge=None) -> "EncoderConfig":
+        """From the `model` (and `knowledge`) branches of a kjax ConfigDict."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {
+            "shake_factor", "hypernym_head", "sense_dim", "verb_head"}
         kwargs = {k: model_cfg[k] for k in fields if k in model_cfg}
+        if knowledge is not None:  # heads exist only where their loss is on
+            kwargs.update(hypernym_head=knowledge.hypernym_weight > 0,
+                          verb_head=knowledge.verb_weight > 0,
+                          sense_dim=knowledge.sense_dim if knowledge.sense_weight > 0 else 0)
         per_layer = tuple(model_cfg.get("shake_factor_per_layer", ()) or ())
         bf = per_layer or (float(model_cfg.get("shake_factor", 0.0)),) * kwargs["num_layers"]
         return cls(shake_factor=tuple(float(x) for x in bf), **kwargs)

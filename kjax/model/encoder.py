@@ -12,21 +12,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from kjax.model.attention import SelfAttention, kernel_init, zeros_init
+from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
-
-
-def layer_norm(cfg: EncoderConfig, name: str) -> nn.LayerNorm:
-    return nn.LayerNorm(
-        epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
-        bias_init=zeros_init(("embed",)), name=name)
-
-
-def dense(cfg: EncoderConfig, features: int, axes: tuple[str, str], name: str) -> nn.Dense:
-    return nn.Dense(features, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
-                    kernel_init=kernel_init(cfg, axes), bias_init=zeros_init(axes[1:]),
-                    name=name)
+from kjax.model.knowledge_heads import KnowledgeHeads
+from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
 
 
 def padding_bias(attention_mask: jax.Array) -> jax.Array:
@@ -172,6 +161,8 @@ class BertForPreTraining(nn.Module):
         self.mlm_bias = self.param("mlm_bias", zeros_init(("vocab",)), (cfg.vocab_size,),
                                    cfg.weight_dtype)
         self.nsp = dense(cfg, 2, ("mlp", None), "nsp")
+        if cfg.hypernym_head or cfg.sense_dim or cfg.verb_head:
+            self.knowledge = KnowledgeHeads(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
                multihot=None, return_inputs=False):
@@ -187,9 +178,11 @@ class BertForPreTraining(nn.Module):
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
-                 position_ids=None, shake=None, multihot=None):
-        hidden, analysis = self.encode(input_ids, token_type_ids, attention_mask,
-                                       position_ids, shake, multihot)
+                 position_ids=None, shake=None, multihot=None, knowledge_positions=None):
+        """`knowledge_positions`: {hyp_positions, sense_positions} [b, 20] for the
+        knowledge heads (METHODS §2.5), when the config has them."""
+        hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
+                                               position_ids, shake, multihot, return_inputs=True)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else jnp.take_along_axis(
@@ -200,4 +193,7 @@ class BertForPreTraining(nn.Module):
                "hidden": hidden, "pooled": pooled}
         if analysis is not None:
             out["analysis"] = analysis
+        if hasattr(self, "knowledge"):
+            out.update(self.knowledge(inputs, hidden, attention_mask, self.embeddings.attend,
+                                      **(knowledge_positions or {})))
         return out

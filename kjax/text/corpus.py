@@ -1,5 +1,9 @@
 """Corpus reading in BERT's format: one sentence per line, a blank line
 between documents. Plain files, globs and `.gz`; streamed line by line.
+Remote paths (`gs://`, `s3://`, `hdfs://`: any `scheme://`) are read through
+Apache Beam's FileSystems (`pip install 'kjax[beam]'`), and a
+`tfds:NAME/CONFIG:SPLIT` part reads a prepared TFDS dataset
+(kjax/text/tfds_source.py): each source stands in for a file.
 
 A line that does not decode as UTF-8, or holds NUL bytes, is counted and
 skipped (never a crash in a 10-hour job); `CorpusStats` reports them at the
@@ -15,6 +19,7 @@ import unicodedata
 from typing import Iterator
 
 from kjax.errors import KjaxError
+from kjax.text.tfds_source import TfdsSource, document_lines, is_tfds_spec, iter_texts, parse_spec
 
 DEMO_CORPUS = "konlpy"
 MAX_LINE_CHARS = 100_000  # longer lines are skipped: no sentence is 100k chars
@@ -32,24 +37,54 @@ def demo_corpus_files() -> list[str]:
     return files
 
 
-def resolve_corpus(spec: str) -> list[str]:
-    """Comma-separated files/globs (or "konlpy") → existing, non-empty files."""
+def is_url(path: str) -> bool:
+    return "://" in path
+
+
+def beam_filesystems():
+    try:
+        from apache_beam.io.filesystems import FileSystems
+    except ImportError as e:
+        raise KjaxError(f"remote paths (scheme://) are read with Apache Beam, which cannot be "
+                        f"imported ({e}); install it with: pip install 'kjax[beam]'") from None
+    return FileSystems
+
+
+def _match(part: str) -> list[tuple[str, int]]:
+    """(path, size) of the files a path/glob names, sorted by path."""
+    if is_url(part):
+        try:
+            found = beam_filesystems().match([part])[0].metadata_list
+        except Exception as e:  # BeamIOError: missing bucket, no credentials, ...
+            raise KjaxError(f"data.corpus: cannot list {part!r} ({e})") from None
+        return sorted((m.path, m.size_in_bytes) for m in found)
+    return [(f, os.path.getsize(f)) for f in sorted(glob.glob(os.path.expanduser(part)))
+            if os.path.isfile(f)]
+
+
+def resolve_corpus(spec: str, tfds_data_dir: str | None = None) -> list:
+    """Comma-separated files/globs, "konlpy" or tfds:NAME/CONFIG:SPLIT parts →
+    the sources to read, in order: non-empty file paths and `TfdsSource`s."""
     if not spec or not spec.strip():
         raise KjaxError("data.corpus is empty; set --config.data.corpus=PATH_OR_GLOB "
                         "(one sentence per line, blank line between documents)")
+    sources: list = []
     files: list[str] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         if part == DEMO_CORPUS:
-            files += demo_corpus_files()
+            matches = [(f, os.path.getsize(f)) for f in demo_corpus_files()]
+        elif is_tfds_spec(part):
+            sources.append(parse_spec(part, tfds_data_dir))
             continue
-        matches = sorted(glob.glob(os.path.expanduser(part)))
+        else:
+            matches = _match(part)
         if not matches:
             raise KjaxError(f"data.corpus: no file matches {part!r}; check the path or glob")
-        files += matches
-    nonempty = [f for f in files if os.path.getsize(f) > 0]
-    if not nonempty:
+        files += [f for f, _ in matches]
+        sources += [f for f, size in matches if size > 0]
+    if not sources:
         raise KjaxError(f"data.corpus: every file is empty ({', '.join(files[:3])}...)")
-    return nonempty
+    return sources
 
 
 @dataclasses.dataclass
@@ -58,6 +93,7 @@ class CorpusStats:
     documents: int = 0
     sentences: int = 0
     chars: int = 0
+    empty_documents: int = 0  # documents whose every line was skipped
     skipped: dict = dataclasses.field(default_factory=dict)   # reason → count
     examples_of_skips: list = dataclasses.field(default_factory=list)
 
@@ -67,7 +103,7 @@ class CorpusStats:
             self.examples_of_skips.append(f"{where}: {reason}")
 
     def merge(self, other: "CorpusStats") -> None:
-        for f in ("files", "documents", "sentences", "chars"):
+        for f in ("files", "documents", "sentences", "chars", "empty_documents"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         for k, v in other.skipped.items():
             self.skipped[k] = self.skipped.get(k, 0) + v
@@ -77,13 +113,18 @@ class CorpusStats:
         skipped = ", ".join(f"{v} {k}" for k, v in sorted(self.skipped.items())) or "none"
         text = (f"{self.files} files, {self.documents} documents, {self.sentences} sentences, "
                 f"{self.chars} chars; skipped lines: {skipped}")
+        if self.empty_documents:
+            text += f"; {self.empty_documents} documents had no usable line"
         if self.examples_of_skips:
             text += " (first: " + "; ".join(self.examples_of_skips) + ")"
         return text
 
 
 def _open(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    # .gz is decompressed here for local and remote files alike (one code path).
+    raw = beam_filesystems().open(path, compression_type="uncompressed") if is_url(path) \
+        else open(path, "rb")
+    return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
 
 
 def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
@@ -103,33 +144,60 @@ def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
     return text
 
 
-def iter_documents(files: list[str], stats: CorpusStats | None = None,
+def iter_documents(sources: list, stats: CorpusStats | None = None,
                    document_per_file: bool = False) -> Iterator[list[str]]:
     """Yields documents as lists of sentences. CRLF and BOMs are tolerated.
     With `document_per_file`, blank lines are ignored and a file is one document
-    (corpora such as KoNLPy's laws and bills put a blank line after every line)."""
+    (corpora such as KoNLPy's laws and bills put a blank line after every line).
+    A `TfdsSource` yields one document per example."""
     stats = stats if stats is not None else CorpusStats()
-    for path in files:
+    for source in sources:
         stats.files += 1
-        doc: list[str] = []
-        with _open(path) as f:
-            for lineno, raw in enumerate(f, 1):
-                text = clean_line(raw, stats, f"{path}:{lineno}")
-                if text is None:
-                    continue
-                if text:
-                    doc.append(text)
-                    stats.sentences += 1
-                    stats.chars += len(text)
-                elif doc and not document_per_file:
+        if isinstance(source, TfdsSource):
+            yield from _tfds_documents(source, stats)
+        else:
+            yield from _file_documents(source, stats, document_per_file)
+
+
+def _file_documents(path: str, stats: CorpusStats, document_per_file: bool):
+    doc: list[str] = []
+    skipped_since_boundary = False
+    with _open(path) as f:
+        for lineno, raw in enumerate(f, 1):
+            text = clean_line(raw, stats, f"{path}:{lineno}")
+            if text is None:
+                skipped_since_boundary = True
+            elif text:
+                doc.append(text)
+                stats.sentences += 1
+                stats.chars += len(text)
+            elif not document_per_file:
+                if doc:
                     stats.documents += 1
                     yield doc
-                    doc = []
-        if doc:  # a document never spans files
+                elif skipped_since_boundary:
+                    stats.empty_documents += 1
+                doc, skipped_since_boundary = [], False
+    if doc:  # a document never spans files
+        stats.documents += 1
+        yield doc
+    elif skipped_since_boundary:
+        stats.empty_documents += 1
+
+
+def _tfds_documents(source: TfdsSource, stats: CorpusStats):
+    for n, text in enumerate(iter_texts(source)):
+        doc = [line for line in (clean_line(raw, stats, f"{source}#{n}")
+                                 for raw in document_lines(text)) if line]
+        stats.sentences += len(doc)
+        stats.chars += sum(map(len, doc))
+        if doc:
             stats.documents += 1
             yield doc
+        else:  # an article with no paragraph text, or only skipped lines
+            stats.empty_documents += 1
 
 
-def iter_sentences(files: list[str], stats: CorpusStats | None = None) -> Iterator[str]:
-    for doc in iter_documents(files, stats, document_per_file=True):
+def iter_sentences(sources: list, stats: CorpusStats | None = None) -> Iterator[str]:
+    for doc in iter_documents(sources, stats, document_per_file=True):
         yield from doc

@@ -40,7 +40,7 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
 
 
 def make_model(config, deterministic: bool, return_analysis: bool = False):
-    return BertForPreTraining(EncoderConfig.from_config(config.model),
+    return BertForPreTraining(EncoderConfig.from_config(config.model, config.knowledge),
                               deterministic=deterministic, return_analysis=return_analysis)
 
 
@@ -52,6 +52,10 @@ def dummy_inputs(config, batch_size: int = 1):
     if config.model.input_mode == "multihot":
         kwargs["multihot"] = {"token_ids": ids, "token_position": ids, "token_inpos": ids,
                               "position_tags": ids}
+    g = config.knowledge
+    kwargs["knowledge_positions"] = {
+        "hyp_positions": jnp.zeros((batch_size, g.max_hypernym), jnp.int32),
+        "sense_positions": jnp.zeros((batch_size, g.max_sense), jnp.int32)}
     return (ids, ids, jnp.ones_like(ids), jnp.zeros((batch_size, p), jnp.int32)), kwargs
 
 

@@ -28,20 +28,28 @@ def _forward(model, params, batch, rngs=None):
     extra = {k: batch[k] for k in ("shake", "position_ids") if k in batch}
     if "token_ids" in batch:  # multi-hot input: positions are morphemes
         extra["multihot"] = {k: batch[k] for k in MULTIHOT_KEYS}
+    if "hyp_positions" in batch:
+        extra["knowledge_positions"] = {k: batch[k] for k in ("hyp_positions", "sense_positions")}
     return model.apply({"params": params}, batch.get("input_ids"),
                        *(batch[k] for k in MODEL_KEYS[1:]), rngs=rngs, **extra)
+
+
+def loss_weights(config) -> dict[str, float]:
+    g = config.knowledge
+    return {"hypernym": g.hypernym_weight, "sense": g.sense_weight, "verb": g.verb_weight}
 
 
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
     nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
+    knowledge_weights = loss_weights(config)
 
     def train_step(state, batch):
         rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
 
         def loss_fn(params):
             outputs = _forward(train_model, params, batch, rngs={"dropout": rng})
-            return pretraining_loss(outputs, batch, nsp_weight, mlm_loss)
+            return pretraining_loss(outputs, batch, nsp_weight, mlm_loss, knowledge_weights)
 
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -65,10 +73,11 @@ def make_train_step(config, mesh, train_model, tx, shardings):
 def make_eval_step(config, mesh, eval_model, param_shardings):
     """Returns weighted sums so batches of any fill combine exactly on the host."""
     nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
+    knowledge_weights = loss_weights(config)
 
     def eval_step(params, batch):
         outputs = _forward(eval_model, params, batch)
-        _, m = pretraining_loss(outputs, batch, nsp_weight, mlm_loss)
+        _, m = pretraining_loss(outputs, batch, nsp_weight, mlm_loss, knowledge_weights)
         mlm_w, nsp_w = batch["mlm_weights"].sum(), batch["nsp_weights"].sum()
         return {"mlm_loss": m["mlm_loss"] * mlm_w, "mlm_accuracy": m["mlm_accuracy"] * mlm_w,
                 "nsp_loss": m["nsp_loss"] * nsp_w, "nsp_accuracy": m["nsp_accuracy"] * nsp_w,

@@ -1,0 +1,170 @@
+"""Texts → model inputs for the analysis, with what the statistics need per
+model position: a readable label, a token class and the postposition →
+substantive pairs.
+
+A text is one sentence (`[CLS] text [SEP]`) or, with a tab, a pair
+(`[CLS] A [SEP] B [SEP]`, token types 0/1), as in pretraining. Positions are
+tokens, or morphemes for the multi-hot input (METHODS §2.3).
+
+Token classes (per key position j):
+  [CLS], [SEP]   the special tokens
+  punctuation    POS tag SF SP SS SSO SSC SE SO SW; for a token without a tag
+                 (plain sentencepiece), text made only of Unicode punctuation
+                 or symbol characters
+  postposition   J*            substantive   NNG NNP NNB NP NR
+  other          everything else ([UNK], predicates, endings, ...)
+"""
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+
+import numpy as np
+
+from kjax.batches.multihot import position_arrays, position_of_tokens, to_multihot
+from kjax.examples.pairs import assemble
+from kjax.morph.tags import TAGS, base_tag, is_postposition, is_substantive
+from kjax.shake.matrix import GROUP1, GROUP2, build_shake_matrix, pos_pairs
+from kjax.shake.variants import shared_position_ids
+from kjax.tokens.sentencepiece import CLS, SEP, TOKEN_ARRAYS, WORD_START
+
+CLASSES = ("[CLS]", "[SEP]", "punctuation", "postposition", "substantive", "other")
+PUNCTUATION_TAGS = frozenset({"SF", "SP", "SS", "SSO", "SSC", "SE", "SO", "SW"})
+POSTPOSITION_WEIGHTS = {t: 1.0 for t in GROUP1 + GROUP2}   # every J* tag
+
+
+@dataclasses.dataclass
+class AnalysisText:
+    text: str
+    example: dict          # token-level arrays as `assemble` names them
+    positions: dict        # per model position: input_ids, word_ids, morph_ids, tags, token_type_ids
+    labels: list[str]      # per model position
+    classes: np.ndarray    # index into CLASSES, per model position
+    postpositions: list    # (query positions, substantive positions) per postposition
+    truncated: bool
+
+    @property
+    def length(self) -> int:
+        return len(self.labels)
+
+
+def _is_punctuation_text(text: str) -> bool:
+    text = text.replace(WORD_START, "")   # a bare word-start piece is not punctuation
+    return bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
+
+
+def token_class(token_id: int, tag_id: int, label: str) -> int:
+    if token_id == CLS:
+        return CLASSES.index("[CLS]")
+    if token_id == SEP:
+        return CLASSES.index("[SEP]")
+    tag = base_tag(TAGS[tag_id])
+    if tag in PUNCTUATION_TAGS or (tag_id == 0 and _is_punctuation_text(label)):
+        return CLASSES.index("punctuation")
+    if tag and is_postposition(tag):
+        return CLASSES.index("postposition")
+    if tag and is_substantive(tag):
+        return CLASSES.index("substantive")
+    return CLASSES.index("other")
+
+
+def _piece_text(tokenizer, token_id: int) -> str:
+    piece = tokenizer.id_to_token(int(token_id))
+    if tokenizer.scheme == "multihot":
+        from kjax.tokens.multihot import token_surface
+        return token_surface(piece)
+    return piece.replace(WORD_START, "") or piece
+
+
+def _cut(encoded: dict, n: int) -> dict:
+    return {k: v[:n] for k, v in encoded.items()}
+
+
+def _fit(a: dict, b: dict | None, max_len: int) -> tuple[dict, dict | None, bool]:
+    """Drops tokens from the end of the longer side until the sequence fits."""
+    budget = max_len - (3 if b is not None else 2)
+    la, lb = len(a["ids"]), len(b["ids"]) if b is not None else 0
+    truncated = la + lb > budget
+    while la + lb > budget:
+        if la >= lb:
+            la -= 1
+        else:
+            lb -= 1
+    return _cut(a, la), (_cut(b, lb) if b is not None else None), truncated
+
+
+def encode_text(tokenizer, text: str, max_len: int) -> AnalysisText:
+    parts = text.split("\t", 1)
+    a = tokenizer.encode(parts[0].strip())
+    b = tokenizer.encode(parts[1].strip()) if len(parts) == 2 else None
+    a, b, truncated = _fit(a, b, max_len)
+    empty = {k: np.zeros(0, np.int32) for k in TOKEN_ARRAYS}
+    example = assemble(a, b if b is not None else empty, 0, (0, 0))
+    if b is None:  # assemble always closes B with a [SEP]: drop it for a single sentence
+        example = {k: (v[:-1] if v.ndim else v) for k, v in example.items()}
+    ids = example["input_ids"]
+    if tokenizer.scheme == "multihot":
+        owner = position_of_tokens(np.asarray(example["morph_ids"]))
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        positions = position_arrays(example)
+        positions["token_type_ids"] = example["token_type_ids"][first]
+        labels = ["".join(_piece_text(tokenizer, t) for t in ids[owner == p])
+                  for p in range(len(first))]
+    else:
+        positions = {k: example[k] for k in ("input_ids", "word_ids", "morph_ids", "tags",
+                                             "token_type_ids")}
+        labels = [_piece_text(tokenizer, t) for t in ids]
+    classes = np.asarray([token_class(int(t), int(g), s) for t, g, s in
+                          zip(positions["input_ids"], positions["tags"], labels)], np.int32)
+    pairs = [(q, k) for q, k, _ in pos_pairs(positions["morph_ids"], positions["word_ids"],
+                                             positions["tags"], POSTPOSITION_WEIGHTS)]
+    return AnalysisText(text, example, positions, labels, classes, pairs, truncated)
+
+
+def shake_matrix(item: AnalysisText, seq_len: int, shake_cfg, seed: int) -> np.ndarray:
+    """B for the shaken run: the config's variant (the random one seeded by the
+    text's index, so a report is reproducible); POS pairs when the config has
+    none (a `--bf` on a model pretrained without shaking)."""
+    if shake_cfg.variant == "none":
+        shake_cfg = shake_cfg.copy_and_resolve_references()
+        shake_cfg.variant = "pos"
+    return build_shake_matrix(item.positions, seq_len, shake_cfg, np.random.default_rng(seed))
+
+
+def model_batch(items: list[AnalysisText], first_index: int, seq_len: int, config,
+                shaken: bool) -> dict:
+    """Padded model inputs [b, seq_len] for a batch of texts (keyword arguments
+    of `BertForPreTraining.encode`)."""
+    rows = []
+    for offset, item in enumerate(items):
+        n = item.length
+        pad = lambda x, value=0: np.pad(np.asarray(x, np.int32), (0, seq_len - len(x)),  # noqa
+                                        constant_values=value)
+        if config.model.input_mode == "multihot":
+            mh = to_multihot(item.example, item.example["input_ids"], np.zeros(0, np.int64),
+                             seq_len, 1, 1)
+            row = {"input_ids": np.zeros(seq_len, np.int32),   # unused: tokens come in `multihot`
+                   "multihot": {k: mh[k] for k in ("token_ids", "token_position",
+                                                   "token_inpos", "position_tags")}}
+        else:
+            row = {"input_ids": pad(item.positions["input_ids"])}
+        row["token_type_ids"] = pad(item.positions["token_type_ids"])
+        row["attention_mask"] = pad(np.ones(n))
+        if config.shake.position_variant == "shared_position":  # the model was trained so
+            row["position_ids"] = shared_position_ids(item.positions, seq_len, config.shake)
+        else:
+            row["position_ids"] = np.arange(seq_len, dtype=np.int32)
+        if shaken:
+            row["shake"] = shake_matrix(item, seq_len, config.shake, first_index + offset)
+        rows.append(row)
+    return _stack(rows)
+
+
+def _stack(rows: list[dict]) -> dict:
+    out = {}
+    for key, value in rows[0].items():
+        if isinstance(value, dict):
+            out[key] = _stack([r[key] for r in rows])
+        else:
+            out[key] = np.stack([r[key] for r in rows])
+    return out

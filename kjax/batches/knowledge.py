@@ -1,0 +1,57 @@
+"""Knowledge targets per example, built in the loader (METHODS §2.5).
+
+Positions are morphemes (the multi-hot input); a position's form is its
+original tokens' surfaces joined (`@소 @크` → 소크), its tag the morpheme's.
+Masked morphemes are excluded from the hypernym/sense targets: those heads
+read the input vector, which carries nothing of a [MASK]ed morpheme.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from kjax.batches.multihot import position_of_tokens
+from kjax.errors import KjaxError
+from kjax.knowledge.resources import DATA_DIR, SAMPLE_FILES, KnowledgeBase
+from kjax.knowledge.targets import knowledge_targets
+from kjax.morph.tags import TAGS
+from kjax.tokens.multihot import token_surface
+from kjax.tokens.sentencepiece import UNK
+
+
+def load_knowledge_base(config) -> KnowledgeBase:
+    g = config.knowledge
+    paths = {key: g[key] or os.path.join(DATA_DIR, name) for key, name in SAMPLE_FILES.items()}
+    kb = KnowledgeBase.load(**paths)
+    if g.sense_weight > 0 and kb.sense_dim != g.sense_dim:
+        raise KjaxError(f"{paths['sense_vectors']} has {kb.sense_dim}-dim vectors but "
+                        f"knowledge.sense_dim={g.sense_dim}; set --config.knowledge.sense_dim="
+                        f"{kb.sense_dim}")
+    return kb
+
+
+class KnowledgeTargets:
+    def __init__(self, config, tokenizer):
+        self.config, self.tokenizer = config, tokenizer
+        self.kb = load_knowledge_base(config)
+
+    def morphemes(self, original_ids: np.ndarray, example: dict) -> tuple[list, list]:
+        position = position_of_tokens(np.asarray(example["morph_ids"]))
+        forms = [""] * (int(position[-1]) + 1)
+        tags = [""] * len(forms)
+        for token, p, tag, morph in zip(original_ids, position, example["tags"],
+                                        example["morph_ids"]):
+            surface = self.tokenizer.id_to_token(int(token))
+            forms[p] += surface if morph < 0 else token_surface(surface)
+            tags[p] = "" if morph < 0 else TAGS[int(tag)]
+        return forms, tags
+
+    def __call__(self, original_ids, example: dict, masked_positions, rng) -> dict:
+        g, d = self.config.knowledge, self.config.data
+        forms, tags = self.morphemes(original_ids, example)
+        exclude = np.zeros(len(forms), bool)
+        exclude[np.asarray(masked_positions, int)] = True
+        return knowledge_targets(
+            forms, tags, self.kb, self.tokenizer.token_to_id, rng, d.max_seq_len,
+            g.max_hypernym, g.max_sense, g.max_hypernyms_per_noun, exclude=exclude, unk_id=UNK)

@@ -1,0 +1,11 @@
+"""The bridge between kjax (JAX/Flax) and PyTorch transformers 5, which has
+no Flax classes and no Flax↔PyTorch converter of its own:
+
+    hf_export         kjax params ⇄ BertForPreTraining weights; `kjax export`
+    hf_import         transformers BERT / RoBERTa / ELECTRA folder → kjax checkpoint
+    torch_shake       Eq. 1 (SHAKE) as transformers attention "kjax_shake"
+    tokenizer_export  kjax tokenizers as transformers tokenizers
+    cli               the `kjax export` and `kjax import` verbs
+
+Needs the `[torch]` extra (torch, transformers); see docs/EXPORT.md.
+"""

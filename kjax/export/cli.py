@@ -1,0 +1,73 @@
+"""`kjax export` and `kjax import`: checkpoints to and from transformers.
+
+    kjax export --config C --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
+                [--with-pretraining-heads] [--no-verify]
+    kjax import --hf DIR --out W [--config BASE] [--config-out FILE]
+
+torch and transformers are imported only when a verb runs (`pip install
+'kjax[torch]'`), so the rest of the command line never pays for them.
+"""
+from __future__ import annotations
+
+import json
+
+from kjax.errors import KjaxError
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise KjaxError(f"{e.name} is not installed; `pip install torch==2.13.0` (CPU build) "
+                        f"then `pip install 'transformers>=5,<6'`, or `pip install "
+                        f"-e '.[torch]'`") from None
+
+
+def _print(result: dict) -> None:
+    print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
+
+
+def run_export(args, config) -> int:
+    _require_torch()
+    from kjax.export.hf_export import export_checkpoint
+    _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
+                             args.with_pretraining_heads, verify=not args.no_verify))
+    return 0
+
+
+def run_import(args, config) -> int:
+    _require_torch()
+    from kjax.export.hf_import import import_hf
+    _print(import_hf(args.hf, args.out, config, args.config_out))
+    return 0
+
+
+def register(verbs, add_config) -> None:
+    ex = verbs.add_parser(
+        "export", help="checkpoint → transformers folder (config.json, model.safetensors, "
+        "tokenizer, model card) that AutoModel loads with no custom code")
+    add_config(ex)
+    ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
+    ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    ex.add_argument("--out", required=True, help="output folder")
+    ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="weights dtype in model.safetensors (default float32)")
+    ex.add_argument("--with-pretraining-heads", action="store_true",
+                    help="also write the MLM and NSP heads (BertForPreTraining); default: "
+                    "encoder + pooler (BertModel)")
+    ex.add_argument("--no-verify", action="store_true",
+                    help="skip loading the folder back with transformers and comparing logits")
+    ex.set_defaults(handler=run_export)
+
+    im = verbs.add_parser(
+        "import", help="local transformers BERT/RoBERTa/ELECTRA folder → kjax checkpoint "
+        "(W/checkpoints/0) + config file")
+    add_config(im, required=False)
+    im.add_argument("--hf", required=True, help="folder with config.json + weights "
+                    "(nothing is downloaded)")
+    im.add_argument("--out", required=True, help="workdir to create (checkpoints/0, "
+                    "import.json, kjax_config.py)")
+    im.add_argument("--config-out", default=None,
+                    help="where to write the kjax config (default OUT/kjax_config.py)")
+    im.set_defaults(handler=run_import)

@@ -1,0 +1,345 @@
+"""kjax params ⇄ transformers `BertForPreTraining` weights, and `kjax export`.
+
+transformers 5 has no Flax classes and no Flax↔PyTorch converter, so the
+mapping lives here, in one table used in both directions (export and
+`kjax import`). Every conversion is a transpose or a reshape: a round trip
+is bit-exact in fp32.
+
+    kjax                                   transformers (BERT)
+    embeddings/word_embeddings/embedding   bert.embeddings.word_embeddings.weight
+    attention/query/kernel [H, h, d]       …attention.self.query.weight [h·d, H]
+    attention/out/kernel   [h, d, H]       …attention.output.dense.weight [H, h·d]
+    mlp_in/kernel [H, I]                   …intermediate.dense.weight [I, H]
+    */layer_norm/{scale,bias}              *.LayerNorm.{weight,bias}
+    mlm_bias [V]                           cls.predictions.bias (decoder tied)
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from kjax.errors import KjaxError
+from kjax.model.config import EncoderConfig
+
+# (transformers suffix, kjax path inside the module that owns it, conversion kind)
+EMBEDDINGS = (
+    ("embeddings.word_embeddings", ("embeddings", "word_embeddings"), "embed"),
+    ("embeddings.position_embeddings", ("embeddings", "position_embeddings"), "embed"),
+    ("embeddings.token_type_embeddings", ("embeddings", "token_type_embeddings"), "embed"),
+    ("embeddings.LayerNorm", ("embeddings", "layer_norm"), "ln"),
+)
+LAYER = (
+    ("attention.self.query", ("attention", "query"), "qkv"),
+    ("attention.self.key", ("attention", "key"), "qkv"),
+    ("attention.self.value", ("attention", "value"), "qkv"),
+    ("attention.output.dense", ("attention", "out"), "attn_out"),
+    ("attention.output.LayerNorm", ("attention_layer_norm",), "ln"),
+    ("intermediate.dense", ("mlp_in",), "dense"),
+    ("output.dense", ("mlp_out",), "dense"),
+    ("output.LayerNorm", ("mlp_layer_norm",), "ln"),
+)
+POOLER = (("pooler.dense", ("pooler",), "dense"),)
+# BertForPreTraining's heads (outside the `bert.` prefix); mlm_bias is separate.
+BERT_HEADS = (
+    ("cls.predictions.transform.dense", ("mlm_transform",), "dense"),
+    ("cls.predictions.transform.LayerNorm", ("mlm_layer_norm",), "ln"),
+    ("cls.seq_relationship", ("nsp",), "dense"),
+)
+BERT_MLM_BIAS = "cls.predictions.bias"
+HEAD_PARAMS = ("mlm_transform", "mlm_layer_norm", "mlm_bias", "nsp")
+
+
+def _get(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path, value) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def module_to_torch(module: dict, kind: str, enc: EncoderConfig) -> dict[str, np.ndarray]:
+    """One kjax module ({kernel,bias} / {scale,bias} / {embedding}) → {weight, bias}
+    in torch layout (nn.Linear keeps weight as [out, in])."""
+    H = enc.hidden_size
+    if kind == "embed":
+        return {"weight": np.asarray(module["embedding"])}
+    if kind == "ln":
+        return {"weight": np.asarray(module["scale"]), "bias": np.asarray(module["bias"])}
+    kernel, bias = np.asarray(module["kernel"]), np.asarray(module["bias"])
+    if kind == "qkv":
+        kernel = kernel.reshape(H, -1)
+    elif kind == "attn_out":
+        kernel = kernel.reshape(-1, H)
+    return {"weight": np.ascontiguousarray(kernel.T), "bias": bias.reshape(-1)}
+
+
+def module_from_torch(tensors: dict, kind: str, enc: EncoderConfig) -> dict[str, np.ndarray]:
+    """The inverse of `module_to_torch`."""
+    heads, head_dim, H = enc.num_heads, enc.head_dim, enc.hidden_size
+    if kind == "embed":
+        return {"embedding": tensors["weight"]}
+    if kind == "ln":
+        return {"scale": tensors["weight"], "bias": tensors["bias"]}
+    kernel, bias = np.ascontiguousarray(tensors["weight"].T), tensors["bias"]
+    if kind == "qkv":
+        kernel, bias = kernel.reshape(H, heads, head_dim), bias.reshape(heads, head_dim)
+    elif kind == "attn_out":
+        kernel = kernel.reshape(heads, head_dim, H)
+    return {"kernel": kernel, "bias": bias}
+
+
+def layer_params(params: dict, enc: EncoderConfig, i: int) -> dict:
+    """Layer i's params whether the layers are scanned (leading axis) or not."""
+    encoder = params["encoder"]
+    if "layers" in encoder:
+        import jax
+        return jax.tree.map(lambda x: np.asarray(x)[i], encoder["layers"])
+    return encoder[f"layer_{i}"]
+
+
+def params_to_state_dict(params: dict, enc: EncoderConfig, with_heads: bool,
+                         prefix: str = "bert") -> dict[str, np.ndarray]:
+    """kjax params → BertForPreTraining state dict (without the tied decoder)."""
+    import flax.linen as nn
+    params = nn.meta.unbox(params)  # straight from model.init: logical-axis boxes
+    out: dict[str, np.ndarray] = {}
+
+    def put(name, module, kind):
+        for key, value in module_to_torch(module, kind, enc).items():
+            out[f"{name}.{key}"] = value
+
+    for name, path, kind in EMBEDDINGS + POOLER:
+        put(f"{prefix}.{name}", _get(params, path), kind)
+    for i in range(enc.num_layers):
+        layer = layer_params(params, enc, i)
+        for name, path, kind in LAYER:
+            put(f"{prefix}.encoder.layer.{i}.{name}", _get(layer, path), kind)
+    if with_heads:
+        for name, path, kind in BERT_HEADS:
+            put(name, _get(params, path), kind)
+        out[BERT_MLM_BIAS] = np.asarray(params["mlm_bias"])
+    return out
+
+
+def stack_layers(per_layer: list[dict], scan_layers: bool) -> dict:
+    """Per-layer trees → the encoder subtree of a scanned or unscanned model."""
+    if not scan_layers:
+        return {f"layer_{i}": layer for i, layer in enumerate(per_layer)}
+    import jax
+    return {"layers": jax.tree.map(lambda *xs: np.stack(xs), *per_layer)}
+
+
+def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
+    """A transformers BertConfig equal to `enc`; the Eq. 1 factors ride along
+    as `kjax_shake_factor` (used by attn_implementation="kjax_shake")."""
+    from transformers import BertConfig
+    return BertConfig(
+        vocab_size=enc.vocab_size, hidden_size=enc.hidden_size,
+        num_hidden_layers=enc.num_layers, num_attention_heads=enc.num_heads,
+        intermediate_size=enc.intermediate_size, hidden_act="gelu",  # exact erf GELU
+        hidden_dropout_prob=enc.dropout_rate,
+        attention_probs_dropout_prob=enc.attention_dropout_rate,
+        max_position_embeddings=enc.max_position_embeddings,
+        type_vocab_size=enc.type_vocab_size, initializer_range=enc.initializer_range,
+        layer_norm_eps=enc.layer_norm_eps, pad_token_id=0, tie_word_embeddings=True,
+        architectures=[architecture], dtype=dtype,
+        kjax_shake_factor=list(enc.shake_factor) or [0.0] * enc.num_layers)
+
+
+def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool = False,
+                   dtype: str = "float32") -> list[str]:
+    """Writes config.json + model.safetensors that transformers loads with no
+    custom code. Without heads the architecture is BertModel."""
+    import torch
+    from safetensors.torch import save_file
+    if dtype not in ("float32", "bfloat16"):
+        raise KjaxError(f"--dtype {dtype!r}: choose float32 or bfloat16")
+    os.makedirs(out_dir, exist_ok=True)
+    arch = "BertForPreTraining" if with_heads else "BertModel"
+    bert_config(enc, arch, dtype).save_pretrained(out_dir)
+    torch_dtype = getattr(torch, dtype)
+    tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(torch_dtype)
+               for k, v in params_to_state_dict(params, enc, with_heads).items()}
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    return sorted(tensors)
+
+
+def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
+    """The params of a kjax checkpoint as host numpy arrays (no data needed)."""
+    import jax
+    from kjax.checkpoint.manager import Checkpointer
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import abstract_state, make_model, make_optimizer
+    directory = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(directory):
+        raise KjaxError(f"no checkpoints in {directory}; train first (`kjax train --workdir "
+                        f"{workdir}`) or pass the --workdir that holds them")
+    t = config.train
+    checkpoints = Checkpointer(directory, t.checkpoint_every, t.keep_checkpoints, read_only=True)
+    try:
+        steps = checkpoints.all_steps()
+        step = steps[-1] if step is None and steps else step
+        if step is None or step not in steps:
+            raise KjaxError(f"no checkpoint for step {step} in {directory}; available: {steps}")
+        tx = make_optimizer(t)
+        target, _ = abstract_state(config, make_mesh(config), make_model(config, True), tx)
+        state, _ = checkpoints.restore(step, target)
+    finally:
+        checkpoints.close()
+    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step
+
+
+def jax_outputs(params: dict, enc: EncoderConfig, inputs: dict, shake=None) -> dict:
+    """kjax BertForPreTraining outputs (MLM logits at every position) as numpy."""
+    import dataclasses
+    import jax.numpy as jnp
+    from kjax.model.encoder import BertForPreTraining
+    model = BertForPreTraining(dataclasses.replace(enc, dtype="float32"))
+    out = model.apply({"params": params}, jnp.asarray(inputs["input_ids"]),
+                      jnp.asarray(inputs["token_type_ids"]), jnp.asarray(inputs["attention_mask"]),
+                      position_ids=inputs.get("position_ids"),
+                      shake=None if shake is None else jnp.asarray(shake))
+    return {k: np.asarray(out[k]) for k in ("mlm_logits", "nsp_logits", "hidden", "pooled")}
+
+
+def torch_outputs(model, inputs: dict, **kwargs) -> dict:
+    """The same four outputs from a transformers BertForPreTraining or BertModel."""
+    import torch
+    batch = {k: torch.as_tensor(np.asarray(v), dtype=torch.long) for k, v in inputs.items()}
+    with torch.no_grad():
+        if hasattr(model, "cls"):
+            out = model(**batch, output_hidden_states=True, **kwargs)
+            hidden = out.hidden_states[-1]
+            pooled = model.bert.pooler(hidden)
+            result = {"mlm_logits": out.prediction_logits, "nsp_logits":
+                      out.seq_relationship_logits, "hidden": hidden, "pooled": pooled}
+        else:
+            out = model(**batch, **kwargs)
+            result = {"hidden": out.last_hidden_state, "pooled": out.pooler_output}
+    return {k: v.float().numpy() for k, v in result.items()}
+
+
+def sample_inputs(enc: EncoderConfig, batch: int = 2, length: int | None = None,
+                  seed: int = 0) -> dict:
+    """Random ids with a [CLS] A [SEP] B [SEP] layout and right padding in row 1."""
+    rng = np.random.default_rng(seed)
+    length = min(length or 16, enc.max_position_embeddings)
+    ids = rng.integers(5, enc.vocab_size, (batch, length))
+    ids[:, 0], ids[:, length // 2], ids[:, -1] = 2, 3, 3
+    types = np.zeros_like(ids)
+    types[:, length // 2 + 1:] = min(1, enc.type_vocab_size - 1)
+    mask = np.ones_like(ids)
+    if batch > 1:
+        mask[1, length - length // 4:] = 0
+        ids[1, length - length // 4:] = 0
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+
+
+def max_abs_diffs(a: dict, b: dict, attention_mask) -> dict[str, float]:
+    """Max |a - b| per shared output; per-token outputs only at real tokens."""
+    keep = np.asarray(attention_mask, bool)
+    diffs = {}
+    for key in sorted(set(a) & set(b)):
+        x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
+        if x.ndim == 3:
+            x, y = x[keep], y[keep]
+        diffs[key] = float(np.max(np.abs(x - y)))
+    return diffs
+
+
+def verify_export(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool,
+                  dtype: str, tolerance: float = 1e-4) -> dict[str, float]:
+    """Loads the folder with transformers (fp32 compute) and compares it with
+    kjax on a random batch; bf16 exports are compared with bf16-rounded params."""
+    import jax
+    import torch
+    from transformers import AutoModel, AutoModelForPreTraining
+    if dtype == "bfloat16":
+        params = jax.tree.map(lambda x: np.asarray(torch.from_numpy(np.array(x, np.float32))
+                                                   .bfloat16().float()), params)
+    loader = AutoModelForPreTraining if with_heads else AutoModel
+    model = loader.from_pretrained(out_dir, dtype=torch.float32).eval()
+    inputs = sample_inputs(enc)
+    diffs = max_abs_diffs(jax_outputs(params, enc, inputs), torch_outputs(model, inputs),
+                          inputs["attention_mask"])
+    if max(diffs.values()) > tolerance:
+        raise KjaxError(f"{out_dir}: transformers disagrees with kjax (max abs diff {diffs}); "
+                        f"this is a kjax bug — report it with the config")
+    return diffs
+
+
+def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
+                      dtype: str = "float32", with_heads: bool = False,
+                      verify: bool = True) -> dict:
+    """`kjax export`: checkpoint → transformers folder (weights, config,
+    tokenizer, model card)."""
+    from kjax.export.tokenizer_export import export_tokenizer
+    enc = EncoderConfig.from_config(config.model)
+    params, step = restore_params(config, workdir, step)
+    keys = write_hf_model(params, enc, out_dir, with_heads, dtype)
+    tokenizer = export_tokenizer(config, out_dir)
+    diffs = verify_export(params, enc, out_dir, with_heads, dtype) if verify else None
+    write_model_card(config, workdir, out_dir, step, with_heads, dtype, tokenizer)
+    with open(os.path.join(out_dir, "kjax_export.json"), "w", encoding="utf-8") as f:
+        json.dump({"workdir": os.path.abspath(workdir), "step": step, "dtype": dtype,
+                   "with_pretraining_heads": with_heads, "tokenizer": tokenizer,
+                   "verified_max_abs_diff": diffs}, f, ensure_ascii=False, indent=1)
+    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+            "architecture": "BertForPreTraining" if with_heads else "BertModel",
+            "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}
+
+
+def _last_metrics(workdir: str) -> dict[str, dict]:
+    from kjax.train.metrics import read_metrics
+    last: dict[str, dict] = {}
+    try:
+        for record in read_metrics(workdir):
+            last[record.get("split", "train")] = record
+    except (OSError, ValueError):
+        pass  # a card without metrics beats no export
+    return last
+
+
+def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: bool,
+                     dtype: str, tokenizer: dict) -> str:
+    """README.md: what was trained, on what, for how long, and how it ended."""
+    m, d, t = config.model, config.data, config.train
+    lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
+             "---", f"# {config.name} (kjax export, step {step})", "",
+             f"A BERT encoder pretrained with kjax (MLM + NSP), exported at step {step} of "
+             f"{t.num_steps} as {'BertForPreTraining' if with_heads else 'BertModel'} ({dtype}).",
+             "", "## Model",
+             f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
+             f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
+             f"{m.max_position_embeddings}; post-LN, exact GELU. SHAKE boost factor "
+             f"{m.shake_factor_per_layer or m.shake_factor}.", "",
+             "## Training",
+             f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
+             f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
+             f"- batch {t.batch_size}, learning rate {t.learning_rate}, warmup "
+             f"{t.warmup_steps}, weight decay {t.weight_decay}",
+             f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
+    metrics = _last_metrics(workdir)
+    if metrics:
+        lines += ["## Last metrics", "| split | step | metric | value |", "|---|---|---|---|"]
+        for split, record in sorted(metrics.items()):
+            for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+                if isinstance(record.get(key), (int, float)):
+                    lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
+        lines.append("")
+    lines += ["## Use", "```python", "from transformers import AutoModel",
+              f"model = AutoModel.from_pretrained({out_dir!r})", tokenizer["usage"], "```", "",
+              "Attention-logit shaking (METHODS Eq. 1): `import kjax.export.torch_shake`, load with "
+              "`attn_implementation=\"kjax_shake\"` and pass `shake_matrix=B` to `forward`.", "",
+              "## Training config", "```", config.to_json_best_effort(indent=1)
+              if hasattr(config, "to_json_best_effort") else str(config), "```", ""]
+    path = os.path.join(out_dir, "README.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return path

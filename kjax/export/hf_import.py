@@ -1,0 +1,270 @@
+"""`kjax import`: a local transformers BERT / RoBERTa / ELECTRA-discriminator
+folder → a kjax checkpoint (`W/checkpoints/0`, the layout `kjax train` and
+`kjax eval` restore) + a kjax config file. Nothing is downloaded; weights
+are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
+
+- BERT: every tensor maps one to one (kjax/export/hf_export.py's table).
+- RoBERTa: positions start at padding_idx + 1 (RoBERTa numbers real tokens
+  padding_idx+1, padding_idx+2, …). kjax numbers them 0, 1, …, so the table
+  is sliced: kjax row i = RoBERTa row padding_idx + 1 + i, and
+  max_position_embeddings shrinks by padding_idx + 1 (514 → 512). Exact for
+  right-padded input; only the (masked) pad rows differ, as RoBERTa gives
+  those position padding_idx.
+- ELECTRA discriminator: the encoder only (its replaced-token head is not a
+  kjax head); embedding_size must equal hidden_size (kjax has no projection).
+
+Heads the source lacks (pooler, MLM transform/bias, NSP) are initialised as
+kjax initialises them (train.seed) and listed in `W/import.json`.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pprint
+
+import numpy as np
+
+from kjax.errors import KjaxError
+from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
+                                   _set, module_from_torch, stack_layers)
+from kjax.model.config import EncoderConfig
+
+ROBERTA_HEADS = (("lm_head.dense", ("mlm_transform",), "dense"),
+                 ("lm_head.layer_norm", ("mlm_layer_norm",), "ln"))
+# What grain's iterator over kjax's train dataset reports before its first batch.
+FRESH_LOADER_STATE = {"next_index": 0}
+ARCHITECTURES = {
+    "bert": {"prefix": "bert", "heads": BERT_HEADS, "mlm_bias": BERT_MLM_BIAS},
+    "roberta": {"prefix": "roberta", "heads": ROBERTA_HEADS, "mlm_bias": "lm_head.bias"},
+    "electra": {"prefix": "electra", "heads": (), "mlm_bias": None},
+}
+
+
+def read_hf_config(hf_dir: str) -> dict:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise KjaxError(f"{path} not found; --hf must be a local transformers model folder "
+                        f"(config.json + model.safetensors), e.g. one saved with save_pretrained")
+    with open(path, encoding="utf-8") as f:
+        hf = json.load(f)
+    kind = hf.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise KjaxError(f"{path}: model_type={kind!r}; kjax imports {', '.join(ARCHITECTURES)}")
+    checks = {"hidden_act": (hf.get("hidden_act", "gelu"), "gelu"),
+              "position_embedding_type": (hf.get("position_embedding_type", "absolute"),
+                                          "absolute"),
+              "is_decoder": (hf.get("is_decoder", False), False)}
+    if kind == "electra":
+        checks["embedding_size"] = (hf.get("embedding_size", hf["hidden_size"]),
+                                    hf["hidden_size"])
+    for key, (have, want) in checks.items():
+        if have != want:
+            raise KjaxError(f"{path}: {key}={have!r}, but a kjax encoder needs {want!r} "
+                            f"(exact erf GELU, learned absolute positions, no embedding "
+                            f"projection); this model cannot be imported exactly")
+    return hf
+
+
+def read_hf_weights(hf_dir: str) -> dict[str, np.ndarray]:
+    """All tensors of the folder as float32 numpy arrays (safe loaders only)."""
+    import torch
+    files = sorted(glob.glob(os.path.join(hf_dir, "*.safetensors")))
+    tensors: dict[str, np.ndarray] = {}
+    if files:
+        from safetensors.torch import load_file
+        for file in files:
+            tensors.update({k: v.float().numpy() for k, v in load_file(file).items()})
+        return tensors
+    files = sorted(glob.glob(os.path.join(hf_dir, "pytorch_model*.bin")))
+    if not files:
+        raise KjaxError(f"{hf_dir} holds no model.safetensors or pytorch_model.bin; save the "
+                        f"model with save_pretrained first")
+    for file in files:
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as e:  # pickle with code in it: refuse, never execute
+            raise KjaxError(f"{file} cannot be loaded safely ({type(e).__name__}); convert it "
+                            f"to safetensors with transformers first") from None
+        tensors.update({k: v.float().numpy() for k, v in state.items()})
+    return tensors
+
+
+def encoder_config(hf: dict, scan_layers: bool) -> EncoderConfig:
+    offset = position_offset(hf)
+    return EncoderConfig(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+        intermediate_size=hf["intermediate_size"],
+        max_position_embeddings=hf["max_position_embeddings"] - offset,
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        initializer_range=hf.get("initializer_range", 0.02),
+        dtype="float32", scan_layers=scan_layers)
+
+
+def position_offset(hf: dict) -> int:
+    """RoBERTa's first real position is padding_idx + 1; BERT/ELECTRA start at 0."""
+    return hf.get("pad_token_id", 1) + 1 if hf["model_type"] == "roberta" else 0
+
+
+def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
+                 ) -> tuple[dict, list[str], list[str]]:
+    """(params found, kjax modules the source lacks, source tensors not used)."""
+    arch = ARCHITECTURES[hf["model_type"]]
+    prefix = arch["prefix"]
+    # LayerNorm gamma/beta: the names of checkpoints converted from TensorFlow.
+    tensors = {k.replace("LayerNorm.gamma", "LayerNorm.weight")
+                .replace("LayerNorm.beta", "LayerNorm.bias"): v for k, v in tensors.items()}
+    if not any(k.startswith(prefix + ".") for k in tensors):
+        tensors = {f"{prefix}.{k}" if k.startswith(("embeddings.", "encoder.", "pooler."))
+                   else k: v for k, v in tensors.items()}   # saved from the bare model
+    used: set[str] = set()
+
+    def take(name: str, kind: str, required: bool = True):
+        keys = ("weight",) if kind == "embed" else ("weight", "bias")
+        found = {key: tensors.get(f"{name}.{key}") for key in keys}
+        if any(v is None for v in found.values()):
+            if required:
+                raise KjaxError(f"{hf['_dir']}: tensor {name}.{keys[0]} is missing; is this a "
+                                f"{hf['model_type']} checkpoint saved by transformers?")
+            return None
+        used.update(f"{name}.{key}" for key in keys)
+        return module_from_torch(found, kind, enc)
+
+    params: dict = {}
+    for name, path, kind in EMBEDDINGS:
+        _set(params, path, take(f"{prefix}.{name}", kind))
+    table = params["embeddings"]["position_embeddings"]["embedding"]
+    offset = position_offset(hf)
+    params["embeddings"]["position_embeddings"]["embedding"] = table[offset:]
+    layers = []
+    for i in range(enc.num_layers):
+        layer: dict = {}
+        for name, path, kind in LAYER:
+            _set(layer, path, take(f"{prefix}.encoder.layer.{i}.{name}", kind))
+        layers.append(layer)
+    params["encoder"] = stack_layers(layers, enc.scan_layers)
+    missing = []
+    for name, path, kind in (tuple((f"{prefix}.{n}", p, k) for n, p, k in POOLER)
+                             + arch["heads"]):
+        module = take(name, kind, required=False)
+        if module is None:
+            missing.append(path[0])
+        else:
+            _set(params, path, module)
+    if arch["mlm_bias"] and arch["mlm_bias"] in tensors:
+        params["mlm_bias"] = tensors[arch["mlm_bias"]]
+        used.add(arch["mlm_bias"])
+    else:
+        missing.append("mlm_bias")
+    missing += [h for h in ("mlm_transform", "mlm_layer_norm", "nsp")
+                if h not in params and h not in missing]
+    unused = sorted(k for k in tensors if k not in used and not _tied_or_buffer(k))
+    return params, missing, unused
+
+
+def _tied_or_buffer(key: str) -> bool:
+    """The decoder (tied to the word embeddings) and non-weight buffers."""
+    return key.endswith(("decoder.weight", "decoder.bias", "position_ids", "token_type_ids"))
+
+
+def check_shapes(params: dict, reference: dict) -> None:
+    import jax
+    flat = dict(jax.tree_util.tree_flatten_with_path(reference)[0])
+    for path, value in jax.tree_util.tree_flatten_with_path(params)[0]:
+        want = flat[path].shape
+        if tuple(value.shape) != tuple(want):
+            name = "/".join(str(getattr(k, "key", k)) for k in path)
+            raise KjaxError(f"imported {name} has shape {tuple(value.shape)} but the config "
+                            f"implies {tuple(want)}; the folder's config.json and weights "
+                            f"disagree")
+
+
+def kjax_config(base, enc: EncoderConfig, name: str):
+    """`base` (a loaded kjax config) with the imported model's settings."""
+    import copy
+    config = copy.deepcopy(base)
+    m = config.model
+    for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                "max_position_embeddings", "type_vocab_size", "dropout_rate",
+                "attention_dropout_rate", "layer_norm_eps", "initializer_range", "scan_layers"):
+        m[key] = getattr(enc, key)
+    config.name = name
+    config.tokenizer.vocab_size = enc.vocab_size
+    config.data.max_seq_len = min(config.data.max_seq_len, enc.max_position_embeddings)
+    return config
+
+
+def write_config_file(config, path: str, source: str) -> None:
+    body = "\n".join(f"    c.{key} = {pprint.pformat(value, indent=1, width=90)}"
+                     .replace("\n", "\n" + " " * 8)
+                     for key, value in config.to_dict().items())
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f'"""Written by `kjax import --hf {source}`: the imported model\'s settings\n'
+                f'(model.*) on top of the base config. The tokenizer is not converted:\n'
+                f'see docs/EXPORT.md."""\nfrom kjax.config import ConfigDict\n\n\n'
+                f"def get_config():\n    c = ConfigDict()\n{body}\n    return c\n")
+
+
+def fresh_module(name: str, shapes, std: float, rng: np.random.Generator):
+    """A module initialised as kjax initialises it: kernels and embeddings from a
+    truncated normal (±2σ, std `initializer_range`), biases 0, LayerNorm scales 1."""
+    from scipy.stats import truncnorm
+    import jax
+
+    def init(path, shape):
+        leaf = getattr(path[-1], "key", "") if path else name   # mlm_bias is a bare leaf
+        if leaf in ("kernel", "embedding"):
+            # flax's truncated_normal divides by the std of the truncated unit normal
+            return (truncnorm.rvs(-2, 2, size=shape.shape, random_state=rng)
+                    * std / 0.87962566103423978).astype(np.float32)
+        return (np.ones if leaf == "scale" else np.zeros)(shape.shape, np.float32)
+    return jax.tree_util.tree_map_with_path(init, shapes)
+
+
+def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = None) -> dict:
+    """Converts `hf_dir` and writes `workdir/checkpoints/0` + a config file."""
+    import jax
+    from kjax.checkpoint.manager import Checkpointer
+    from kjax.config import validate
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import abstract_state, make_model, make_optimizer
+    hf = {**read_hf_config(hf_dir), "_dir": hf_dir}
+    enc = encoder_config(hf, base_config.model.scan_layers)
+    tensors = read_hf_weights(hf_dir)
+    found, missing, unused = hf_to_params(tensors, hf, enc)
+    config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
+    validate(config)
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")
+    tx = make_optimizer(config.train)
+    # The exact structure `kjax train` restores (traced, nothing compiled).
+    target, shardings = abstract_state(config, make_mesh(config), make_model(config, False), tx)
+    check_shapes(found, {k: target["params"][k] for k in found})
+    rng = np.random.default_rng(config.train.seed)
+    params = {k: found[k] if k in found else fresh_module(k, shape, enc.initializer_range, rng)
+              for k, shape in target["params"].items()}
+    params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+    _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state
+    state = {"step": np.zeros((), np.int32), "params": params,
+             "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
+             "rng": jax.random.key_data(dropout_rng)}
+    state = jax.device_put(state, shardings)
+    checkpoints = Checkpointer(ckpt_dir, config.train.checkpoint_every,
+                               config.train.keep_checkpoints)
+    checkpoints.save(0, state, FRESH_LOADER_STATE, force=True)
+    checkpoints.close()
+    config_out = config_out or os.path.join(workdir, "kjax_config.py")
+    write_config_file(config, config_out, hf_dir)
+    report = {"source": os.path.abspath(hf_dir), "model_type": hf["model_type"],
+              "checkpoint": os.path.join(ckpt_dir, "0"), "config": config_out,
+              "position_offset": position_offset(hf), "initialised": missing,
+              "unused_source_tensors": unused}
+    with open(os.path.join(workdir, "import.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, ensure_ascii=False, indent=1)
+    return report

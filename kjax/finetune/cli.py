@@ -1,0 +1,86 @@
+"""`kjax finetune`: fine-tune and evaluate a pretrained kjax encoder.
+
+    kjax finetune --task pair --train klue-nli-v1.1_train.json --dev klue-nli-v1.1_dev.json \\
+        --init runs/demo --config tpu_configs/demo.py --out runs/ft/nli
+    kjax finetune --task ner --train klue-ner-v1.1_dev.tsv --init runs/demo \\
+        --config tpu_configs/demo.py --out runs/ft/ner --seeds 1,2,3 --sweep \\
+        --config.finetune.epochs=2 --config.finetune.shake.variant=random
+
+--config gives the model, tokenizer and mesh (the pretraining config);
+--config.model.*/mesh.* override those, --config.finetune.* the fine-tuning
+settings listed below (a get_finetune_config() in the --config file may set
+them too). See docs/FINETUNE.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from kjax.finetune.config import finetune_defaults, leaf_keys, load_finetune_config
+from kjax.finetune.tasks import FORMATS, TASKS
+
+_DEST = "finetune:"
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give integers, e.g. 1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct integers, e.g. 1,2,3")
+    return seeds
+
+
+def register(verbs, add_config) -> None:
+    p = verbs.add_parser(
+        "finetune", help="fine-tune a pretrained encoder on a classification, pair, "
+        "regression or NER task (KLUE formats); SHAKE combinations, seeds",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False)
+    add_config(p)
+    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--train", required=True, metavar="FILE", help="training data")
+    p.add_argument("--dev", metavar="FILE", help="dev data (default: carved from --train "
+                   "by finetune.split, seeded)")
+    p.add_argument("--test", metavar="FILE", help="test data (default: carved from --train "
+                   "when neither --dev nor --test is given)")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="data format (default: "
+                   "by extension and JSON keys)")
+    p.add_argument("--init", required=True, metavar="WORKDIR_OR_CKPT",
+                   help="pretraining workdir, its checkpoints/ or checkpoints/STEP; "
+                   "'none' = random weights")
+    p.add_argument("--out", required=True, metavar="DIR", help="metrics, predictions, "
+                   "checkpoints (a killed run resumes from here)")
+    p.add_argument("--seeds", type=parse_seeds, default=None, metavar="1,2,3",
+                   help="one run per seed; reports mean ± std")
+    p.add_argument("--sweep", action="store_true", help="fine-tune bf in "
+                   "finetune.shake.sweep_train × inference bf in sweep_infer (the four SHAKE "
+                   "combinations by default)")
+    group = p.add_argument_group("fine-tuning settings (--config.finetune.KEY=VALUE)")
+    for key in leaf_keys(finetune_defaults()):
+        default = finetune_defaults()
+        for part in key.split("."):
+            default = default[part]
+        group.add_argument(f"--config.finetune.{key}", dest=_DEST + key, default=None,
+                           metavar="VALUE", help=f"default {default!r}")
+    p.set_defaults(handler=handle)
+
+
+def handle(args, config) -> int:
+    from kjax.parallel.mesh import maybe_initialize_distributed
+    maybe_initialize_distributed()
+    from kjax.finetune.experiment import run_experiment
+    assignments = [f"finetune.{k[len(_DEST):]}={v}" for k, v in vars(args).items()
+                   if k.startswith(_DEST) and v is not None]
+    ft = load_finetune_config(args.config, assignments)
+    summary = run_experiment(config, ft, args.task, args.train, args.dev, args.test,
+                             args.init, args.out, args.seeds, args.sweep, args.format)
+    print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
+                                              "sweep")}, ensure_ascii=False))
+    print(summary["table"])
+    print(f"results in {os.path.abspath(args.out)} (summary.json, metrics.json, predictions, "
+          f"learning_curve.png)")
+    return 0
+

@@ -1,0 +1,165 @@
+"""An experiment: data read and tokenized once, then one run per
+(fine-tune bf, seed), each evaluated under every inference bf; the summary
+reports mean ± std over seeds per (fine-tune bf, inference bf).
+
+    OUT/                        one run (single seed, no sweep)
+    OUT/seed<n>/                --seeds
+    OUT/ft<bf>/[seed<n>/]       --sweep: fine-tune bf × (inference bf inside each run)
+    OUT/summary.json, summary.md
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import jax
+import numpy as np
+
+from kjax.config import ConfigDict
+from kjax.errors import KjaxError
+from kjax.finetune.config import validate_finetune
+from kjax.finetune.features import Encoder
+from kjax.finetune.run import run_one
+from kjax.finetune.tasks import label_names, read_examples, split_examples
+from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
+from kjax.parallel.mesh import make_mesh
+from kjax.tokens.factory import load_tokenizer
+
+
+def load_splits(task: str, train: str, dev: str | None, test: str | None, fmt: str,
+                ft) -> dict[str, list]:
+    """Reads the files; a missing dev (and test) is carved from train with the
+    seeded `finetune.split`, which does not change with --seeds."""
+    splits = {"train": read_examples(train, task, fmt)}
+    if dev:
+        splits["dev"] = read_examples(dev, task, fmt)
+    if test:
+        splits["test"] = read_examples(test, task, fmt)
+    fractions = list(ft.split)
+    if not dev and not test:
+        parts = split_examples(splits["train"], fractions, ft.split_seed)
+        splits.update(zip(("train", "dev", "test"), parts))
+    elif not dev:
+        dev_share = fractions[1] / (fractions[0] + fractions[1])
+        splits["train"], splits["dev"] = split_examples(
+            splits["train"], (1 - dev_share, dev_share), ft.split_seed)
+    if ft.max_examples > 0:
+        splits = {k: v[:ft.max_examples] for k, v in splits.items()}
+    for name, part in splits.items():
+        if not part:
+            raise KjaxError(f"the {name} split is empty; give more examples or change "
+                            f"finetune.split={tuple(ft.split)}")
+    return splits
+
+
+def shake_settings(config, ft) -> ConfigDict:
+    """What build_shake_matrix reads: variant, boost_prem and p from
+    finetune.shake; group3 and per-tag weights from the model's `shake`
+    section. bf is not in B: it is the model's."""
+    s, base = ft.shake, config.get("shake", ConfigDict())
+    return ConfigDict({"variant": s.variant, "boost_prem": s.boost_prem, "p": s.p,
+                       "seed": s.seed, "group3": base.get("group3", True),
+                       "tag_weights": dict(base.get("tag_weights", {}))})
+
+
+def combinations(ft, sweep: bool) -> tuple[list[float], list[float]]:
+    s = ft.shake
+    if sweep:
+        return [float(b) for b in s.sweep_train], [float(b) for b in s.sweep_infer]
+    return [float(s.bf_train)], [float(s.bf_infer)]
+
+
+def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
+                   test: str | None = None, init: str | None = None, out: str = "runs/ft",
+                   seeds: list[int] | None = None, sweep: bool = False, fmt: str = "auto",
+                   progress: bool = True, tokenizer=None) -> dict:
+    validate_finetune(ft, config, task)
+    if config.model.get("input_mode", "onehot") != "onehot":
+        raise KjaxError(f"model.input_mode={config.model.input_mode!r}: fine-tuning supports "
+                        f"one token per position (onehot) only so far; fine-tune a onehot model")
+    seeds = seeds or [ft.seed]
+    trains, infers = combinations(ft, sweep)
+    shaking = any(b != 0 for b in trains + infers)
+    tokenizer = tokenizer or load_tokenizer(config)
+    mesh_config = copy.deepcopy(config)
+    mesh_config.train.batch_size = ft.batch_size
+    mesh = make_mesh(mesh_config)
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if (ft.eval_batch_size or ft.batch_size) % shards:
+        raise KjaxError(f"finetune.eval_batch_size={ft.eval_batch_size} is not divisible by "
+                        f"the {shards} batch shards (mesh data×fsdp)")
+    splits = load_splits(task, train, dev, test, fmt, ft)
+    names = label_names(task, list(splits.values()))
+    pos_from_kiwi = (shaking and ft.shake.variant == "pos"
+                     and getattr(tokenizer, "scheme", "") == "sentencepiece")
+    encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
+    features = {k: encoder.encode(v) for k, v in splits.items()}
+    data = TaskData(task, names, splits, features)
+    init = None if (init or "").lower() in ("", "none", "random") else init
+    tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft))
+    runs = []
+    for bf_train in trains:
+        for seed in seeds:
+            parts = ([f"ft{bf_key(bf_train)}"] if sweep else []) + \
+                ([f"seed{seed}"] if len(seeds) > 1 else [])
+            run_dir = os.path.join(out, *parts)
+            runs.append(run_one(tuner, seed, bf_train, infers, run_dir, progress))
+    runs = [r for r in runs if "results" in r]
+    summary = summarize(runs, tuner.metric)
+    summary.update(task=task, init=init or "random", seeds=seeds, sweep=sweep,
+                   labels=names, examples={k: len(v) for k, v in splits.items()},
+                   pos_tokens_aligned=features["train"].aligned_tokens if pos_from_kiwi else None)
+    if jax.process_index() == 0:
+        write_json(os.path.join(out, "summary.json"), summary)
+        with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+            f.write(summary["table"] + "\n")
+    return summary
+
+
+def mean_std(values: list[float | None]) -> dict:
+    v = [x for x in values if x is not None]
+    if not v:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+            "n": len(v)}
+
+
+def summarize(runs: list[dict], metric: str) -> dict:
+    """Mean ± std (sample std over seeds) of every scalar metric, per
+    (fine-tune bf, inference bf) and split, and the markdown table."""
+    rows = []
+    combos = sorted({(r["bf_train"], k) for r in runs for k in r["results"]},
+                    key=lambda c: (c[0], float(c[1])))
+    splits = [s for s in ("dev", "test") if runs and s in runs[0]["baseline"]]
+    for bf_train, key in combos:
+        group = [r["results"][key] for r in runs if r["bf_train"] == bf_train]
+        row = {"bf_train": bf_train, "bf_infer": float(key), "seeds": len(group)}
+        for split in splits:
+            names = [k for k, v in group[0][split].items() if isinstance(v, (int, float))
+                     or v is None]
+            row[split] = {k: mean_std([g[split][k] for g in group]) for k in names}
+        rows.append(row)
+    baseline = runs[0]["baseline"] if runs else {}
+    return {"metric": metric, "rows": rows, "baseline": baseline,
+            "table": table(rows, baseline, splits, metric)}
+
+
+def _fmt(stat: dict) -> str:
+    if stat["mean"] is None:
+        return "n/a"
+    return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat["n"] > 1 else f"{stat['mean']:.4f}"
+
+
+def table(rows: list[dict], baseline: dict, splits: list[str], metric: str) -> str:
+    head = "| bf fine-tune | bf inference | " + " | ".join(f"{s} {metric}" for s in splits) + \
+        " | seeds |"
+    lines = [head, "|" + "---|" * (3 + len(splits))]
+    for r in rows:
+        cells = [_fmt(r[s].get(metric, {"mean": None, "n": 0})) for s in splits]
+        lines.append(f"| {r['bf_train']:+g} | {r['bf_infer']:+g} | " + " | ".join(cells) +
+                     f" | {r['seeds']} |")
+    if baseline:
+        cells = [f"{baseline[s][metric]:.4f}" if baseline[s].get(metric) is not None
+                 else "n/a" for s in splits]
+        lines.append("| baseline (no model) | | " + " | ".join(cells) + " | |")
+    return "\n".join(lines)

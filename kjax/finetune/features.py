@@ -1,0 +1,194 @@
+"""Examples → fixed-shape model inputs, and batches (with SHAKE's B) from them.
+
+    single  [CLS] a [SEP]            token types 0
+    pair    [CLS] a [SEP] b [SEP]    token types 0 … 0 1 … 1; longest-first truncation
+
+Every token keeps its unit ids (`word_ids` eojeol, `morph_ids` morpheme, `tags`
+POS; -1/-1/0 for [CLS]/[SEP]/padding); segment b's unit ids continue after
+a's, so no unit spans both sentences. They are what `build_shake_matrix`
+reads (METHODS §1.3). B itself is built per batch on the host: it is
+[seq, seq] per example, too big to keep for a whole dataset.
+"""
+from __future__ import annotations
+
+import dataclasses
+import unicodedata
+from typing import Sequence
+
+import numpy as np
+
+from kjax.errors import KjaxError
+from kjax.finetune.alignment import align_morphemes, char_preserving_nfc, token_char_spans
+from kjax.finetune.bio import char_to_token_tags, tags_to_spans
+from kjax.finetune.tasks import Example
+from kjax.tokens.sentencepiece import CLS, SEP
+
+UNIT_KEYS = ("word_ids", "morph_ids", "tags")
+SHAKE_BUILDER = None   # tests may install a stand-in; None = kjax.shake.matrix's
+
+
+@dataclasses.dataclass
+class Features:
+    input_ids: np.ndarray           # [n, seq] int32
+    token_type_ids: np.ndarray
+    attention_mask: np.ndarray
+    units: dict[str, np.ndarray]    # word_ids / morph_ids / tags, [n, seq] int32
+    labels: np.ndarray              # [n] int32 | [n] float32 | ner: [n, seq] int32, -1 = no loss
+    lengths: np.ndarray             # [n] real tokens, specials included
+    texts: list[str]                # ner: the text token_spans index
+    token_spans: list[list[tuple[int, int]]]   # ner: per kept token (specials excluded)
+    truncated: int = 0              # examples that lost tokens to max_seq_len
+    aligned_tokens: float = 0.0     # POS from Kiwi: share of tokens lined up with a morpheme
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def _units(encoded: dict, offset: dict) -> dict[str, np.ndarray]:
+    out = {}
+    for key, src in (("word_ids", "eojeol"), ("morph_ids", "morph"), ("tags", "tag")):
+        a = np.asarray(encoded[src], np.int32)
+        out[key] = a if key == "tags" else np.where(a >= 0, a + offset.get(key, 0), -1)
+    return out
+
+
+def _truncate_pair(n_a: int, n_b: int, budget: int) -> tuple[int, int]:
+    while n_a + n_b > budget:    # BERT's longest-first
+        if n_a >= n_b:
+            n_a -= 1
+        else:
+            n_b -= 1
+    return n_a, n_b
+
+
+class Encoder:
+    """Tokenizes examples of one task; `pos_from_kiwi` lines plain
+    sentencepiece tokens up with Kiwi morphemes for POS shaking."""
+
+    def __init__(self, tokenizer, task: str, label_names: Sequence[str], max_seq_len: int,
+                 pos_from_kiwi: bool = False):
+        self.tokenizer, self.task, self.seq = tokenizer, task, max_seq_len
+        self.label_index = {name: i for i, name in enumerate(label_names)}
+        self.analyzer = None
+        if pos_from_kiwi:
+            from kjax.morph.analyzer import KoreanAnalyzer
+            self.analyzer = KoreanAnalyzer()
+        self.aligned = [0, 0]
+
+    def _tokenize(self, text: str) -> tuple[dict, list[tuple[int, int]] | None]:
+        if self.task != "ner" and self.analyzer is None:
+            return self.tokenizer.encode(text), None
+        encoded, spans = token_char_spans(self.tokenizer, text)
+        if self.analyzer is not None:
+            from kjax.morph.tags import tag_id
+            morph, tags = align_morphemes(text, spans, self.analyzer.analyze(text), tag_id)
+            encoded = {**encoded, "morph": morph, "tag": tags}
+            self.aligned[0] += int((morph >= 0).sum())
+            self.aligned[1] += len(morph)
+        return encoded, spans
+
+    def encode(self, examples: Sequence[Example]) -> Features:
+        n, s = len(examples), self.seq
+        arrays = {k: np.zeros((n, s), np.int32) for k in ("input_ids", "token_type_ids",
+                                                           "attention_mask")}
+        units = {k: np.full((n, s), -1 if k != "tags" else 0, np.int32) for k in UNIT_KEYS}
+        labels = (np.full((n, s), -1, np.int32) if self.task == "ner" else
+                  np.zeros(n, np.float32 if self.task == "regress" else np.int32))
+        lengths, texts, all_spans, truncated = np.zeros(n, np.int32), [], [], 0
+        # NER keeps offsets: NFC character by character.
+        nfc = char_preserving_nfc if self.task == "ner" else (
+            lambda t: unicodedata.normalize("NFC", t))
+        for row, ex in enumerate(examples):
+            text_a = nfc(ex.text_a)
+            a, spans = self._tokenize(text_a)
+            b = self._tokenize(nfc(ex.text_b))[0] if ex.text_b is not None else None
+            n_a, n_b = len(a["ids"]), len(b["ids"]) if b is not None else 0
+            keep_a, keep_b = _truncate_pair(n_a, n_b, s - (3 if b is not None else 2))
+            truncated += (keep_a, keep_b) != (n_a, n_b)
+            ua = {k: v[:keep_a] for k, v in _units(a, {}).items()}
+            ids = [CLS, *a["ids"][:keep_a], SEP]
+            types = [0] * len(ids)
+            unit_rows = {k: [-1, *ua[k], -1] if k != "tags" else [0, *ua[k], 0]
+                         for k in UNIT_KEYS}
+            if b is not None:
+                shift = {k: int(ua[k].max(initial=-1)) + 1 for k in ("word_ids", "morph_ids")}
+                ub = {k: v[:keep_b] for k, v in _units(b, shift).items()}
+                ids += [*b["ids"][:keep_b], SEP]
+                types += [1] * (keep_b + 1)
+                for k in UNIT_KEYS:
+                    unit_rows[k] += [*ub[k], -1 if k != "tags" else 0]
+            length = len(ids)
+            lengths[row] = length
+            arrays["input_ids"][row, :length] = ids
+            arrays["token_type_ids"][row, :length] = types
+            arrays["attention_mask"][row, :length] = 1
+            for k in UNIT_KEYS:
+                units[k][row, :length] = unit_rows[k]
+            if self.task == "ner":
+                spans = spans[:keep_a]
+                token_tags = char_to_token_tags(text_a, tags_to_spans(ex.char_tags), spans)
+                labels[row, 1:1 + keep_a] = [self._label(t, ex) for t in token_tags]
+                texts.append(text_a)
+                all_spans.append(spans)
+            elif self.task == "regress":
+                labels[row] = float(ex.label)
+            else:
+                labels[row] = self._label(ex.label, ex)
+        aligned = self.aligned[0] / max(self.aligned[1], 1) if self.analyzer else 0.0
+        return Features(arrays["input_ids"], arrays["token_type_ids"],
+                        arrays["attention_mask"], units, labels, lengths, texts, all_spans,
+                        truncated, aligned)
+
+    def _label(self, name: str, ex: Example) -> int:
+        if name not in self.label_index:
+            raise KjaxError(f"{ex.where}: label {name!r} is not among the task's labels "
+                            f"({', '.join(self.label_index)})")
+        return self.label_index[name]
+
+
+def shake_builder():
+    if SHAKE_BUILDER is not None:
+        return SHAKE_BUILDER
+    try:
+        from kjax.shake.matrix import build_shake_matrix
+    except ImportError as e:
+        raise KjaxError(f"shaking needs kjax/shake/matrix.py (build_shake_matrix), which "
+                        f"this checkout lacks ({e}); set --config.finetune.shake.bf_train=0 "
+                        f"and bf_infer=0, or update kjax") from None
+    return build_shake_matrix
+
+
+def shake_matrices(feats: Features, rows: np.ndarray, shake_cfg, seed_parts: Sequence[int],
+                   real: np.ndarray) -> np.ndarray:
+    """B [len(rows), seq, seq]; the random variant draws from a
+    generator seeded by (seed_parts, row), so a resumed run draws the same."""
+    build = shake_builder()
+    seq = feats.input_ids.shape[1]
+    out = None
+    for i, (row, keep) in enumerate(zip(rows, real)):
+        if not keep:
+            continue
+        n = int(feats.lengths[row])
+        encoded = {"input_ids": feats.input_ids[row, :n],
+                   **{k: feats.units[k][row, :n] for k in UNIT_KEYS}}
+        rng = np.random.default_rng([*seed_parts, int(row)])
+        b = build(encoded, seq, shake_cfg, rng=rng)
+        if out is None:   # the builder's dtype (bfloat16 in kjax.shake: half the bytes)
+            out = np.zeros((len(rows), seq, seq), b.dtype)
+        out[i] = b
+    return out if out is not None else np.zeros((len(rows), seq, seq), np.float32)
+
+
+def make_batch(feats: Features, rows: Sequence[int], shake_cfg=None,
+               seed_parts: Sequence[int] = ()) -> dict[str, np.ndarray]:
+    """The batch of `rows`; a row of -1 is padding (a weight-0 copy of row 0),
+    which keeps shapes fixed. `shake` is added when `shake_cfg` is given."""
+    rows = np.asarray(rows, np.int64)
+    real = rows >= 0
+    rows = np.where(real, rows, 0)
+    batch = {"input_ids": feats.input_ids[rows], "token_type_ids": feats.token_type_ids[rows],
+             "attention_mask": feats.attention_mask[rows], "labels": feats.labels[rows],
+             "weights": real.astype(np.float32)}
+    if shake_cfg is not None:
+        batch["shake"] = shake_matrices(feats, rows, shake_cfg, seed_parts, real)
+    return batch

@@ -1,0 +1,74 @@
+"""Task models: the pretraining model as the `bert` submodule (so its
+parameter subtree is exactly a kjax pretraining checkpoint's `params`) plus
+one dense head.
+
+    classify, pair   tanh(pooler(h_[CLS])) → dropout → dense(num_labels)
+    regress          the same with one output (the score)
+    ner              h_t → dropout → dense(num_labels) for every token
+
+SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
+and inference use two instances of the same module with different bf and
+one parameter tree (METHODS §1.4: both set independently).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from kjax.model.config import EncoderConfig
+from kjax.model.encoder import BertForPreTraining, dense
+
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+class TaskModel(nn.Module):
+    config: EncoderConfig
+    task: str
+    num_outputs: int
+    classifier_dropout: float = 0.1
+    deterministic: bool = True
+
+    def setup(self):
+        self.bert = BertForPreTraining(self.config, self.deterministic)
+        self.dropout = nn.Dropout(self.classifier_dropout)
+        self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
+
+    def __call__(self, input_ids, token_type_ids, attention_mask, shake=None):
+        hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, shake=shake)
+        x = hidden if self.task == "ner" else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+        logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
+        logits = logits.astype(jnp.float32)
+        return logits[..., 0] if self.task == "regress" else logits
+
+
+def make_task_model(config, task: str, num_labels: int, bf: float, deterministic: bool,
+                    classifier_dropout: float) -> TaskModel:
+    """`config` is the kjax ConfigDict; bf applies equally in every layer."""
+    enc = EncoderConfig.from_config(config.model)
+    enc = dataclasses.replace(enc, shake_factor=(float(bf),) * enc.num_layers)
+    outputs = 1 if task == "regress" else num_labels
+    return TaskModel(enc, task, outputs, classifier_dropout, deterministic)
+
+
+def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
+    """Mean loss over real examples (weights) and, for NER, labelled tokens."""
+    w = batch["weights"]
+    if task == "regress":
+        per_example = (outputs - batch["labels"]) ** 2
+        return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
+    labels = batch["labels"]
+    safe = jnp.maximum(labels, 0)
+    ce = optax.softmax_cross_entropy_with_integer_labels(outputs, safe)
+    if task == "ner":
+        mask = (labels >= 0) * w[:, None]
+        return (ce * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+
+def task_predictions(task: str, outputs: jax.Array) -> jax.Array:
+    """What the host needs: scores (regress), class ids, or token label ids."""
+    return outputs if task == "regress" else jnp.argmax(outputs, axis=-1).astype(jnp.int32)

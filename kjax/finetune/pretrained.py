@@ -1,0 +1,68 @@
+"""`--init`: the encoder weights of a kjax pretraining checkpoint.
+
+Accepted: a pretraining workdir (holding checkpoints/), its checkpoints/
+directory (latest step), or checkpoints/STEP. The full pretraining state is
+restored onto the fine-tuning mesh (as `kjax eval` does: Session's abstract
+state → Checkpointer.restore), and the task model's `bert` subtree is taken
+from its params; the pretraining-only heads (MLM transform, NSP) are dropped.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+
+from kjax.checkpoint.manager import Checkpointer
+from kjax.errors import KjaxError
+from kjax.train.state import abstract_state, make_model, make_optimizer
+
+NO_INIT = ("", "none", "random")
+
+
+def resolve_checkpoint(path: str) -> tuple[str, int]:
+    """(checkpoints directory, step) for an --init path."""
+    hint = ("pass the pretraining --workdir, its checkpoints/ directory or checkpoints/STEP "
+            "(or --init none for random weights)")
+    if not os.path.exists(path):
+        raise KjaxError(f"--init {path}: no such file or directory; {hint}")
+    base = os.path.basename(os.path.normpath(path))
+    if base.isdigit():
+        directory, step = os.path.dirname(os.path.normpath(path)), int(base)
+    else:
+        directory = os.path.join(path, "checkpoints") if os.path.isdir(
+            os.path.join(path, "checkpoints")) else path
+        step = None
+    steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
+        if os.path.isdir(directory) else []
+    if not steps:
+        raise KjaxError(f"--init {path}: no checkpoint steps in {directory}; {hint}")
+    if step is None:
+        step = steps[-1]
+    if step not in steps:
+        raise KjaxError(f"--init {path}: no step {step} in {directory} (steps: {steps}); {hint}")
+    return directory, step
+
+
+def restore_pretrained_params(config, mesh, path: str, template) -> dict:
+    """The `bert` subtree for the task model: `template` holds its shapes."""
+    directory, step = resolve_checkpoint(path)
+    model = make_model(config, deterministic=True)
+    target, _ = abstract_state(config, mesh, model, make_optimizer(config.train))
+    ckpt = Checkpointer(directory, 1, 1, read_only=True)
+    try:
+        state, _ = ckpt.restore(step, target)
+    finally:
+        ckpt.close()
+    params = state["params"]
+    missing = sorted(set(template) - set(params))
+    if missing:
+        raise KjaxError(f"--init {directory}/{step}: the checkpoint lacks {', '.join(missing)}; "
+                        f"it was not written by `kjax train` with this --config")
+    picked = {k: params[k] for k in template}
+    for (path_, want), got in zip(jax.tree_util.tree_leaves_with_path(template),
+                                  jax.tree.leaves(picked)):
+        if tuple(want.shape) != tuple(got.shape):
+            raise KjaxError(f"--init {directory}/{step}: {jax.tree_util.keystr(path_)} has "
+                            f"shape {tuple(got.shape)}, the model wants {tuple(want.shape)}; "
+                            f"use the --config the checkpoint was pretrained with")
+    return picked

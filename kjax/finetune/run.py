@@ -1,0 +1,150 @@
+"""The training loop of one run, its checkpoints and its outputs:
+
+    OUT/metrics.jsonl, tensorboard/   train loss per log step, dev metrics per evaluation
+    OUT/checkpoints/                  the train state and the best dev params per
+                                      inference bf (resume)
+    OUT/metrics.json                  dev/test metrics per inference bf, the baseline
+    OUT/predictions_<split>[_bf<v>].jsonl
+    OUT/learning_curve.png
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from kjax.checkpoint.manager import Checkpointer
+from kjax.finetune.bio import tags_to_spans
+from kjax.finetune.plots import plot_learning_curve
+from kjax.finetune.trainer import FineTuner, bf_key, on_mesh, write_json
+from kjax.parallel.mesh import put_batch
+from kjax.train.metrics import MetricWriter
+
+
+def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float], out_dir: str,
+            progress: bool = True, stop_at: int | None = None) -> dict:
+    """Trains (or resumes) one run and evaluates it; returns its metrics.json."""
+    ft = tuner.ft
+    primary = jax.process_index() == 0
+    os.makedirs(out_dir, exist_ok=True)
+    ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"),
+                        ft.checkpoint_every or tuner.eval_every, ft.keep_checkpoints)
+    latest = ckpt.latest_step()
+    keys = [bf_key(bf) for bf in bf_infers]
+    with on_mesh(tuner.mesh):
+        if latest is None:
+            state = tuner.init_state(seed)
+            # The best params per inference bf ride along in the checkpoint.
+            state["best"] = {k: tuner.copy_params(state["params"]) for k in keys}
+            progress_state = {"best": {}, "bad_evals": 0, "stopped": False}
+        else:
+            target = {**tuner.abstract_state(),
+                      "best": {k: tuner.abstract_state()["params"] for k in keys}}
+            state, progress_state = ckpt.restore(latest, target)
+        start = int(jax.device_get(state["step"]))
+        writer = MetricWriter(out_dir, enabled=primary)
+        train_step = tuner.train_step(bf_train)
+        bar = tqdm(total=tuner.total_steps, initial=start, desc=f"finetune {os.path.basename(out_dir)}",
+                   disable=not (progress and primary))
+        began, step = time.perf_counter(), start
+        done = progress_state["stopped"] or start >= tuner.total_steps
+        for step in range(start + 1, tuner.total_steps + 1 if not done else start + 1):
+            batch = put_batch(tuner.train_batch(seed, step, bf_train), tuner.mesh)
+            best = state.pop("best")
+            state, metrics = train_step(state, batch)
+            state["best"] = best
+            bar.update()
+            if step % ft.log_every == 0 or step == start + 1:
+                m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                m["epoch"] = (step - 1) / tuner.steps_per_epoch
+                writer.write(step, m)
+                bar.set_postfix(loss=f"{m['loss']:.3f}")
+            evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
+            if evaluate:
+                improved = _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer)
+                progress_state["bad_evals"] = 0 if improved else progress_state["bad_evals"] + 1
+                if ft.patience and progress_state["bad_evals"] >= ft.patience:
+                    progress_state["stopped"] = True
+            stop = progress_state["stopped"] or step == stop_at
+            if evaluate or stop or ckpt.should_save(step) or step == tuner.total_steps:
+                ckpt.save(step, state, progress_state, force=True)
+            if stop:
+                break
+        bar.close()
+        ckpt.close()
+        train_seconds = time.perf_counter() - began
+        if step == stop_at and not progress_state["stopped"] and step < tuner.total_steps:
+            writer.close()
+            return {"step": step, "message": f"stopped at step {step}; run again to resume"}
+        result = _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir,
+                                   progress_state)
+    writer.close()
+    result.update(steps=int(jax.device_get(state["step"])), total_steps=tuner.total_steps,
+                  train_seconds=train_seconds)
+    if primary:
+        write_json(os.path.join(out_dir, "metrics.json"), result)
+        result["learning_curve"] = plot_learning_curve(out_dir, tuner.metric)
+    return result
+
+
+def _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer) -> bool:
+    improved, row = False, {}
+    for bf in bf_infers:
+        metrics, _ = tuner.evaluate(state["params"], "dev", bf)
+        value = max(tuner.selection_value(metrics), -1e30)   # JSON-safe (no -inf)
+        best = progress_state["best"].get(bf_key(bf))
+        if best is None or value > best["value"]:
+            progress_state["best"][bf_key(bf)] = {"value": value, "step": step}
+            state["best"][bf_key(bf)] = tuner.copy_params(state["params"])
+            improved = True
+        row.update({f"{k}@bf{bf_key(bf)}": v for k, v in metrics.items()
+                    if isinstance(v, (int, float))})
+    writer.write(step, row, prefix="dev")
+    return improved
+
+
+def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress_state) -> dict:
+    splits = [s for s in ("dev", "test") if s in tuner.data.features]
+    results = {}
+    for bf in bf_infers:
+        params = state["best"][bf_key(bf)]
+        entry = {"best_step": progress_state["best"].get(bf_key(bf), {}).get("step")}
+        for split in splits:
+            metrics, preds = tuner.evaluate(params, split, bf)
+            entry[split] = metrics
+            suffix = "" if len(bf_infers) == 1 else f"_bf{bf_key(bf)}"
+            _write_predictions(tuner, split, preds, os.path.join(
+                out_dir, f"predictions_{split}{suffix}.jsonl"))
+        results[bf_key(bf)] = entry
+    return {"task": tuner.task, "seed": seed, "bf_train": bf_train,
+            "bf_infer": [float(b) for b in bf_infers], "select_metric": tuner.metric,
+            "stopped_early": progress_state["stopped"], "results": results,
+            "baseline": {s: tuner.baseline(s) for s in splits},
+            "examples": {s: len(f) for s, f in tuner.data.features.items()},
+            "truncated": {s: f.truncated for s, f in tuner.data.features.items()}}
+
+
+def _write_predictions(tuner, split: str, preds: list, path: str) -> None:
+    if jax.process_index() != 0:
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for ex, pred in zip(tuner.data.examples[split], preds):
+            row = {"guid": ex.guid}
+            if tuner.task == "ner":
+                row.update(text=ex.text_a, gold=_entities(ex.text_a, tags_to_spans(ex.char_tags)),
+                           pred=_entities(ex.text_a, tags_to_spans(pred)), pred_tags=pred)
+            else:
+                row.update(gold=ex.label, pred=float(pred) if tuner.task == "regress" else pred)
+            f.write(json.dumps(row, ensure_ascii=False, default=_plain) + "\n")
+
+
+def _entities(text: str, spans) -> list:
+    return [[s, e, t, text[s:e]] for s, e, t in spans]
+
+
+def _plain(x):
+    return x.item() if isinstance(x, np.generic) else str(x)

@@ -1,0 +1,259 @@
+"""Readers for the fine-tuning data: KLUE's own files and two generic ones.
+
+    klue-nli   JSON list: premise, hypothesis, gold_label            (pair)
+    klue-sts   JSON list: sentence1, sentence2, labels.label 0..5    (regress)
+    klue-ynat  JSON list: title, label                               (classify)
+    klue-ner   TSV: "## guid<TAB>annotated text" then one "char<TAB>tag" line
+               per character (spaces too), a blank line between sentences
+    jsonl      one object per line; json: a list of such objects. Keys:
+               text|sentence|sentence1|premise|title, optional
+               text_b|sentence2|hypothesis, label|gold_label|labels.label|score;
+               NER: text + tags (one per character) or entities
+               ([start, end, type] or {start, end, label}, end exclusive)
+    tsv        text<TAB>label or text_a<TAB>text_b<TAB>label; a first row whose
+               last column is "label" is a header naming the columns
+
+`--format auto` picks by extension and, for JSON, by the keys present.
+Every error names the file, the line (or item) and the fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from kjax.errors import KjaxError
+from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
+
+TASKS = ("classify", "pair", "regress", "ner")
+FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv")
+TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title")
+TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis")
+LABEL_KEYS = ("label", "gold_label", "labels", "score")
+NLI_LABELS = ("entailment", "neutral", "contradiction")   # KLUE's order
+
+
+@dataclasses.dataclass
+class Example:
+    guid: str
+    text_a: str
+    text_b: str | None = None
+    label: str | float | None = None          # class name, or score (regress)
+    char_tags: tuple[str, ...] | None = None  # ner: one BIO tag per character of text_a
+    where: str = ""                           # "file:line" for messages
+
+
+def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
+    if task not in TASKS:
+        raise KjaxError(f"--task {task!r}; choose one of {', '.join(TASKS)}")
+    if fmt not in FORMATS:
+        raise KjaxError(f"--format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if not os.path.isfile(path):
+        raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
+    fmt = detect_format(path, task) if fmt == "auto" else fmt
+    if fmt == "klue-ner":
+        examples = list(_read_klue_ner(path))
+    elif fmt == "tsv":
+        examples = list(_read_tsv(path, task))
+    else:
+        examples = [_from_record(rec, task, where) for rec, where in _records(path, fmt)]
+    if not examples:
+        raise KjaxError(f"{path}: no examples found (format {fmt}); check the file and --format")
+    for ex in examples:
+        check_example(ex, task)
+    return examples
+
+
+def detect_format(path: str, task: str) -> str:
+    lower = path.lower()
+    if lower.endswith(".jsonl"):
+        return "jsonl"
+    if lower.endswith(".json"):
+        return "json"
+    return "klue-ner" if task == "ner" else "tsv"
+
+
+def _records(path: str, fmt: str) -> Iterator[tuple[dict, str]]:
+    with open(path, encoding="utf-8") as f:
+        if fmt == "jsonl":
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    yield _parse_json(line, f"{path}:{n}"), f"{path}:{n}"
+            return
+        data = _parse_json(f.read(), path)
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise KjaxError(f"{path}: expected a JSON list of examples (KLUE style), got "
+                        f"{type(data).__name__}; use --format jsonl for one object per line")
+    for i, rec in enumerate(data):
+        yield rec, f"{path} item {i}"
+
+
+def _parse_json(text: str, where: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise KjaxError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column "
+                        f"{e.colno}); fix the file or pass the right --format") from None
+
+
+def _first(rec: dict, keys: Sequence[str]):
+    for k in keys:
+        if k in rec:
+            return rec[k]
+    return None
+
+
+def _from_record(rec, task: str, where: str) -> Example:
+    if not isinstance(rec, dict):
+        raise KjaxError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    guid = str(rec.get("guid", rec.get("id", where)))
+    where = f"{where} (guid {guid})" if "guid" in rec else where
+    text_a, text_b = _first(rec, TEXT_A_KEYS), _first(rec, TEXT_B_KEYS)
+    if not isinstance(text_a, str):
+        raise KjaxError(f"{where}: no text; give one of the keys {', '.join(TEXT_A_KEYS)} "
+                        f"(a string)")
+    if text_b is not None and not isinstance(text_b, str):
+        raise KjaxError(f"{where}: the second text must be a string")
+    if task == "ner":
+        return Example(guid, text_a, None, None, _ner_tags(rec, text_a, where), where)
+    label = _first(rec, LABEL_KEYS)
+    if isinstance(label, dict):                       # KLUE-STS: labels.label
+        label = label.get("label", label.get("real-label"))
+    if label is None:
+        raise KjaxError(f"{where}: no label; give one of the keys {', '.join(LABEL_KEYS)}")
+    return Example(guid, text_a, text_b, _label(label, task, where), None, where)
+
+
+def _label(value, task: str, where: str):
+    if task == "regress":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise KjaxError(f"{where}: label {value!r} is not a number; --task regress "
+                            f"needs scores (use --task classify/pair for classes)") from None
+    if isinstance(value, (dict, list)) or value is None or str(value) == "":
+        raise KjaxError(f"{where}: label {value!r} is not a class name")
+    return str(value)
+
+
+def _ner_tags(rec: dict, text: str, where: str) -> tuple[str, ...]:
+    if "tags" in rec:
+        return tuple(str(t) for t in rec["tags"])
+    spans = []
+    for e in rec.get("entities", []):
+        if isinstance(e, dict):
+            e = (e.get("start"), e.get("end"), e.get("label", e.get("type")))
+        if (not isinstance(e, (list, tuple)) or len(e) != 3 or not isinstance(e[0], int)
+                or not isinstance(e[1], int) or not 0 <= e[0] < e[1] <= len(text)):
+            raise KjaxError(f"{where}: entity {e!r} must be [start, end, type] with "
+                            f"0 <= start < end <= {len(text)} (character offsets, end exclusive)")
+        spans.append((e[0], e[1], str(e[2])))
+    if "entities" not in rec:
+        raise KjaxError(f"{where}: --task ner needs 'tags' (one per character) or 'entities'")
+    return tuple(spans_to_tags(len(text), sorted(spans)))
+
+
+def _read_klue_ner(path: str) -> Iterator[Example]:
+    """Blocks separated by blank lines; `## ` lines are comments, the last one
+    holding a tab names the sentence (its guid); the rest are char<TAB>tag."""
+    def flush(block, start_line):
+        guid, chars, tags = None, [], []
+        for n, line in block:
+            if line.startswith("## "):
+                if "\t" in line:
+                    guid = line[3:].split("\t", 1)[0]
+                continue
+            char, sep, tag = line.rpartition("\t")
+            if not sep or len(char) != 1:
+                raise KjaxError(f"{path}:{n}: expected one character, a tab and a BIO tag "
+                                f"(KLUE-NER format), got {line!r}")
+            chars.append(char)
+            tags.append(tag)
+        if chars:
+            where = f"{path}:{start_line}"
+            yield Example(guid or where, "".join(chars), None, None, tuple(tags), where)
+
+    block, start = [], 1
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.rstrip("\r\n")
+            if line == "":
+                yield from flush(block, start)
+                block, start = [], n + 1
+            else:
+                block.append((n, line))
+    yield from flush(block, start)
+
+
+def _read_tsv(path: str, task: str) -> Iterator[Example]:
+    with open(path, encoding="utf-8") as f:
+        rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
+                if line.strip()]
+    columns = None
+    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label"):
+        columns = [c.strip().lower() for c in rows[0][1]]
+        rows = rows[1:]
+    for n, cells in rows:
+        where = f"{path}:{n}"
+        if columns is not None:
+            if len(cells) != len(columns):
+                raise KjaxError(f"{where}: {len(cells)} columns but the header has "
+                                f"{len(columns)} ({', '.join(columns)})")
+            rec = dict(zip(columns, cells))
+        elif len(cells) in (2, 3):
+            rec = dict(zip(("text", "label") if len(cells) == 2 else
+                           ("text", "text_b", "label"), cells))
+        else:
+            raise KjaxError(f"{where}: {len(cells)} tab-separated columns; expected "
+                            f"text<TAB>label or text_a<TAB>text_b<TAB>label")
+        yield _from_record(rec, task, where)
+
+
+def check_example(ex: Example, task: str) -> None:
+    if task == "classify" and ex.text_b is not None:
+        raise KjaxError(f"{ex.where}: a sentence pair, but --task classify takes one "
+                        f"sentence; use --task pair")
+    if task == "pair" and ex.text_b is None:
+        raise KjaxError(f"{ex.where}: --task pair needs a second sentence "
+                        f"({', '.join(TEXT_B_KEYS)})")
+    if task == "ner":
+        if len(ex.char_tags) != len(ex.text_a):
+            raise KjaxError(f"{ex.where}: {len(ex.char_tags)} tags for {len(ex.text_a)} "
+                            f"characters; give one tag per character")
+        bad = [t for t in ex.char_tags if t != OUTSIDE and split_tag(t)[0] == OUTSIDE]
+        if bad:
+            raise KjaxError(f"{ex.where}: tag {bad[0]!r} is not BIO (O, B-TYPE, I-TYPE)")
+
+
+def split_examples(examples: Sequence[Example], fractions: Sequence[float],
+                   seed: int) -> list[list[Example]]:
+    """Seeded split into len(fractions) parts (the last takes the rounding)."""
+    order = np.random.default_rng(seed).permutation(len(examples))
+    bounds = np.round(np.cumsum(fractions)[:-1] / sum(fractions) * len(examples)).astype(int)
+    return [[examples[i] for i in part] for part in np.split(order, bounds)]
+
+
+def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
+    """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
+    if task == "regress":
+        return []
+    if task == "ner":
+        kinds = sorted({split_tag(t)[1] for part in splits for ex in part
+                        for t in ex.char_tags} - {""})
+        return [OUTSIDE] + [f"{p}-{k}" for k in kinds for p in "BI"]
+    train, *others = splits
+    names = sorted({ex.label for ex in train})
+    if set(names) == set(NLI_LABELS):
+        names = list(NLI_LABELS)
+    known = set(names)
+    for part in others:
+        for ex in part:
+            if ex.label not in known:
+                raise KjaxError(f"{ex.where}: label {ex.label!r} never occurs in the training "
+                                f"data (labels: {', '.join(names)}); fix the file or the split")
+    return names

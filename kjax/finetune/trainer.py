@@ -1,0 +1,243 @@
+"""One fine-tuning run (a seed × a fine-tune bf), evaluated with one or more
+inference bf (METHODS §1.4: set independently).
+
+- The state is pretraining's pytree {step, params, opt_state, rng}, sharded by
+  the same logical rules (batch over data×fsdp, params over fsdp/tensor), and
+  saved with the same orbax Checkpointer: a killed run resumes bit-exactly
+  (dropout is fold_in(rng, step); the data order is a function of (seed,
+  epoch); random-variant B of (seed, epoch, row)).
+- Dev is evaluated every `eval_every` steps (default: each epoch) under every
+  inference bf; each bf keeps its own best params (in the checkpoint), and
+  training stops once `patience` evaluations in a row improved none of them.
+- At the end each inference bf's best params predict dev and test.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from kjax.config import ConfigDict
+from kjax.finetune.bio import token_to_char_tags
+from kjax.finetune.features import Features, make_batch
+from kjax.finetune.heads import MODEL_INPUTS, make_task_model, task_loss, task_predictions
+from kjax.finetune.metrics import PRIMARY, baseline_predictions, task_metrics
+from kjax.finetune.pretrained import restore_pretrained_params
+from kjax.finetune.tasks import Example
+from kjax.parallel.mesh import (LOGICAL_RULES, batch_sharding, logical_sharding, put_batch,
+                                replicated)
+from kjax.train.state import make_optimizer
+
+TRAIN_SALT, EVAL_SALT = 0, 1   # keep training and inference draws of B apart
+
+
+def bf_key(bf: float) -> str:
+    return f"{float(bf):+g}"
+
+
+@dataclasses.dataclass
+class TaskData:
+    task: str
+    label_names: list[str]
+    examples: dict[str, list[Example]]     # train, dev[, test]
+    features: dict[str, Features]
+
+    def gold(self, split: str) -> list:
+        exs = self.examples[split]
+        return [list(e.char_tags) for e in exs] if self.task == "ner" else [e.label for e in exs]
+
+
+class FineTuner:
+    """Mesh, optimizer, pretrained weights and compiled steps, shared by every
+    run of an experiment (seeds × fine-tune bf)."""
+
+    def __init__(self, config, ft, data: TaskData, mesh, init: str | None, shake_cfg):
+        self.config, self.ft, self.data, self.mesh = config, ft, data, mesh
+        self.task, self.shake_cfg = data.task, shake_cfg
+        self.batch = ft.batch_size
+        self.eval_batch = ft.eval_batch_size or ft.batch_size
+        self.steps_per_epoch = math.ceil(len(data.features["train"]) / self.batch)
+        self.total_steps = ft.epochs * self.steps_per_epoch
+        self.eval_every = ft.eval_every or self.steps_per_epoch
+        opt = dict(learning_rate=ft.learning_rate, num_steps=self.total_steps,
+                   warmup_steps=int(round(ft.warmup_ratio * self.total_steps)),
+                   weight_decay=ft.weight_decay, grad_clip_norm=ft.grad_clip_norm,
+                   b1=ft.b1, b2=ft.b2, eps=ft.eps)
+        self.tx = make_optimizer(ConfigDict(opt))
+        self.dropout = ft.classifier_dropout if ft.classifier_dropout >= 0 else \
+            config.model.dropout_rate
+        self.num_labels = max(len(data.label_names), 1)
+        self.metric = ft.select_metric or PRIMARY[self.task]
+        self.init = init
+        self._models, self._train_steps, self._eval_steps = {}, {}, {}
+        self._pretrained = None
+        self.shardings = self._state_shardings()
+
+    # --- models, state, compiled steps ------------------------------------------------
+    def model(self, bf: float, deterministic: bool):
+        key = (float(bf), deterministic)
+        if key not in self._models:
+            self._models[key] = make_task_model(self.config, self.task, self.num_labels, bf,
+                                                deterministic, self.dropout)
+        return self._models[key]
+
+    def _dummy(self):
+        ids = jnp.zeros((1, self.ft.max_seq_len), jnp.int32)
+        return ids, ids, jnp.ones_like(ids)
+
+    def _boxed_state(self, rng):
+        params = self.model(0.0, True).init(rng, *self._dummy())["params"]
+        return {"step": jnp.zeros((), jnp.int32), "params": params,
+                "opt_state": self.tx.init(params), "rng": jax.random.key_data(rng)}
+
+    def _state_shardings(self):
+        abstract = jax.eval_shape(self._boxed_state, jax.random.key(0))
+        with nn.logical_axis_rules(LOGICAL_RULES):
+            return logical_sharding(self.mesh, nn.get_partition_spec(abstract))
+
+    def _context(self):
+        return on_mesh(self.mesh)
+
+    def pretrained_bert(self):
+        """The encoder subtree of the --init checkpoint, restored once."""
+        if self._pretrained is None and self.init:
+            template = jax.eval_shape(lambda r: nn.meta.unbox(self._boxed_state(r)),
+                                      jax.random.key(0))["params"]["bert"]
+            self._pretrained = restore_pretrained_params(self.config, self.mesh, self.init,
+                                                         template)
+        return self._pretrained
+
+    def init_state(self, seed: int):
+        def init(rng, bert):
+            params_rng, dropout_rng = jax.random.split(rng)
+            params = nn.meta.unbox(self.model(0.0, True).init(params_rng, *self._dummy())["params"])
+            if bert is not None:
+                params = {**params, "bert": bert}
+            return {"step": jnp.zeros((), jnp.int32), "params": params,
+                    "opt_state": self.tx.init(params), "rng": jax.random.key_data(dropout_rng)}
+        with self._context():
+            return jax.jit(init, out_shardings=self.shardings)(jax.random.key(seed),
+                                                               self.pretrained_bert())
+
+    def abstract_state(self):
+        shapes = jax.eval_shape(lambda r: nn.meta.unbox(self._boxed_state(r)), jax.random.key(0))
+        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                            shapes, self.shardings)
+
+    def copy_params(self, params):
+        """A copy in fresh buffers (the train step donates the state's)."""
+        if "copy" not in self._eval_steps:
+            self._eval_steps["copy"] = jax.jit(lambda p: jax.tree.map(jnp.copy, p),
+                                               out_shardings=self.shardings["params"])
+        return self._eval_steps["copy"](params)
+
+    def train_step(self, bf: float):
+        if bf not in self._train_steps:
+            model, tx, task = self.model(bf, False), self.tx, self.task
+
+            def step(state, batch):
+                rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
+
+                def loss_fn(params):
+                    out = model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS),
+                                      shake=batch.get("shake"), rngs={"dropout": rng})
+                    return task_loss(task, out, batch)
+
+                loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+                updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+                new = {**state, "step": state["step"] + 1, "opt_state": opt_state,
+                       "params": optax.apply_updates(state["params"], updates)}
+                return new, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+
+            self._train_steps[bf] = jax.jit(
+                step, in_shardings=(self.shardings, batch_sharding(self.mesh)),
+                out_shardings=(self.shardings, replicated(self.mesh)), donate_argnums=(0,))
+        return self._train_steps[bf]
+
+    def eval_step(self, bf: float):
+        if bf not in self._eval_steps:
+            model, task = self.model(bf, True), self.task
+
+            def step(params, batch):
+                out = model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS),
+                                  shake=batch.get("shake"))
+                return task_predictions(task, out)
+
+            self._eval_steps[bf] = jax.jit(
+                step, in_shardings=(self.shardings["params"], batch_sharding(self.mesh)),
+                out_shardings=replicated(self.mesh))
+        return self._eval_steps[bf]
+
+    # --- batches and predictions ------------------------------------------------------
+    def _local(self, rows: np.ndarray, size: int) -> np.ndarray:
+        """This process's slice of a global batch of `size` rows (-1 = padding)."""
+        rows = np.concatenate([rows, np.full(size - len(rows), -1)])
+        per = size // jax.process_count()
+        return rows[jax.process_index() * per:(jax.process_index() + 1) * per]
+
+    def train_batch(self, seed: int, step: int, bf: float) -> dict:
+        epoch, k = divmod(step - 1, self.steps_per_epoch)
+        order = np.random.default_rng([seed, epoch]).permutation(len(self.data.features["train"]))
+        rows = self._local(order[k * self.batch:(k + 1) * self.batch], self.batch)
+        shake = self.shake_cfg if bf != 0 else None
+        return make_batch(self.data.features["train"], rows, shake, (seed, TRAIN_SALT, epoch))
+
+    def predict(self, params, split: str, bf: float) -> list:
+        feats = self.data.features[split]
+        shake = self.shake_cfg if bf != 0 else None
+        step, out = self.eval_step(bf), []
+        for start in range(0, len(feats), self.eval_batch):
+            rows = np.arange(start, min(start + self.eval_batch, len(feats)))
+            batch = make_batch(feats, self._local(rows, self.eval_batch), shake,
+                               (self.shake_cfg.seed, EVAL_SALT))
+            with self._context():
+                preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
+            out += list(preds[:len(rows)])
+        return [self._decode(feats, i, p) for i, p in enumerate(out)]
+
+    def _decode(self, feats: Features, i: int, pred):
+        if self.task == "regress":
+            return float(pred)
+        if self.task != "ner":
+            return self.data.label_names[int(pred)]
+        spans = feats.token_spans[i]
+        tags = [self.data.label_names[int(t)] for t in pred[1:1 + len(spans)]]
+        return token_to_char_tags(feats.texts[i], tags, spans)
+
+    def evaluate(self, params, split: str, bf: float) -> tuple[dict, list]:
+        preds = self.predict(params, split, bf)
+        return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
+                            self.ft.sts_threshold), preds
+
+    def selection_value(self, metrics: dict) -> float:
+        v = metrics.get(self.metric)
+        if v is None:
+            return -math.inf
+        return -v if self.metric == "mse" else v
+
+    def baseline(self, split: str) -> dict:
+        train_gold = self.data.gold("train")
+        preds = baseline_predictions(self.task, train_gold, self.data.gold(split))
+        return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
+                            self.ft.sts_threshold)
+
+
+@contextlib.contextmanager
+def on_mesh(mesh):
+    """The mesh and the logical rules, as every jit call here needs."""
+    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+        yield
+
+
+def write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=2, default=float)

@@ -1,0 +1,336 @@
+"""kjax ⇄ transformers 5 (PyTorch): weights, logits, shaking, tokenizers, CLI.
+
+Randomly initialised tiny models, offline. Parameters get noise on top of
+kjax's init so that biases and LayerNorm scales are not 0/1: a transposed
+or swapped tensor then shows up in the logits."""
+import dataclasses
+import os
+import pickle
+import unicodedata
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import (AutoModel, AutoModelForPreTraining, AutoTokenizer, BertConfig,
+                          BertForPreTraining, ElectraConfig, ElectraForPreTraining,
+                          RobertaConfig, RobertaForMaskedLM)
+
+from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
+from kjax.cli import main
+from kjax.config import load_config
+from kjax.errors import KjaxError
+from kjax.export import hf_export as hx
+from kjax.export import hf_import as hi
+from kjax.export import tokenizer_export as tx
+from kjax.export.torch_shake import ATTN_IMPLEMENTATION
+from kjax.model.config import EncoderConfig
+from kjax.model.encoder import BertForPreTraining as KjaxBert
+from kjax.text.corpus import demo_corpus_files
+from kjax.tokens.sentencepiece import SentencePieceTokenizer
+
+TOLERANCE = 1e-5
+HF_SHAPE = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, max_position_embeddings=40)
+HOSTILE = ["", " ", "   ", "\r\n", "헌법\r\n제1조", "\r\n대한민국\r\n", "이모지 🙂🙂 😀 끝",
+           "漢字 大韓民國 憲法", "탭\t문자", "전각\u3000공백", "ＡＢＣ 123", "▁밑줄 ▁", "a  b   c ",
+           "\u200b영폭", unicodedata.normalize("NFD", "자모 분해된 한글"), "[ ] ] [", "ㅋㅋㅋ ᄒᄒ"]
+
+
+def tiny_encoder(scan: bool = True, **extra) -> EncoderConfig:
+    return EncoderConfig(vocab_size=99, hidden_size=32, num_layers=2, num_heads=4,
+                         intermediate_size=37, max_position_embeddings=40, dtype="float32",
+                         scan_layers=scan, **extra)
+
+
+def random_params(enc: EncoderConfig, seed: int = 0) -> dict:
+    """kjax's param tree (shapes traced, nothing compiled) filled with noise."""
+    inputs = hx.sample_inputs(enc)
+    shapes = nn.meta.unbox(jax.eval_shape(KjaxBert(enc).init, jax.random.key(0), *(
+        jnp.asarray(inputs[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
+        ["params"])
+    rng = np.random.default_rng(seed)
+
+    def fill(path, shape):
+        noise = rng.standard_normal(shape.shape).astype(np.float32)
+        return 1 + 0.1 * noise if getattr(path[-1], "key", "") == "scale" else 0.1 * noise
+    return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+def assert_close(diffs: dict, expected: set, tolerance: float = TOLERANCE) -> None:
+    assert set(diffs) == expected
+    assert max(diffs.values()) <= tolerance, diffs
+
+
+# ---- weights and logits ---------------------------------------------------------------
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "unscanned"])
+def test_exported_bert_matches_kjax_logits(tmp_path, scan):
+    enc = tiny_encoder(scan)
+    params = random_params(enc)
+    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    model, info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(model).__name__ == "BertForPreTraining"
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    inputs = hx.sample_inputs(enc)
+    want = hx.jax_outputs(params, enc, inputs)
+    assert_close(hx.max_abs_diffs(want, hx.torch_outputs(model.eval(), inputs),
+                                  inputs["attention_mask"]),
+                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
+    encoder = AutoModel.from_pretrained(tmp_path).eval()
+    assert_close(hx.max_abs_diffs(want, hx.torch_outputs(encoder, inputs),
+                                  inputs["attention_mask"]), {"hidden", "pooled"})
+
+
+def test_export_without_heads_is_a_plain_encoder(tmp_path):
+    enc = tiny_encoder()
+    params = random_params(enc)
+    hx.write_hf_model(params, enc, str(tmp_path), dtype="bfloat16")
+    with safe_open(os.path.join(tmp_path, "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert f.get_tensor("bert.pooler.dense.weight").dtype == torch.bfloat16
+    assert keys and all(k.startswith("bert.") for k in keys)
+    encoder, info = AutoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and encoder.config.architectures == ["BertModel"]
+    # Documented: AutoModelForPreTraining still loads; its heads are new (reported missing).
+    _, info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] and all(k.startswith("cls.") for k in info["missing_keys"])
+    diffs = hx.verify_export(params, enc, str(tmp_path), with_heads=False, dtype="bfloat16")
+    assert max(diffs.values()) <= TOLERANCE
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["scan", "unscanned"])
+def test_state_dict_round_trip_is_bit_exact(scan):
+    enc = tiny_encoder(scan)
+    params = random_params(enc, seed=1)
+    state_dict = hx.params_to_state_dict(params, enc, with_heads=True)
+    back, missing, unused = hi.hf_to_params(state_dict, {"model_type": "bert", "_dir": "mem"},
+                                            enc)
+    assert missing == [] and unused == []
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
+                                                    jax.tree.leaves(params)))
+
+
+# ---- import of transformers models ------------------------------------------------------
+def _hf_model(kind: str):
+    torch.manual_seed({"bert": 0, "roberta": 1, "electra": 2}[kind])
+    if kind == "bert":
+        model = BertForPreTraining(BertConfig(**HF_SHAPE))
+    elif kind == "roberta":
+        model = RobertaForMaskedLM(RobertaConfig(**HF_SHAPE, type_vocab_size=1, pad_token_id=1,
+                                                 layer_norm_eps=1e-5))
+    else:
+        model = ElectraForPreTraining(ElectraConfig(**HF_SHAPE, embedding_size=32))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model.eval()
+
+
+INITIALISED = {"bert": [], "roberta": ["pooler", "nsp"],
+               "electra": ["pooler", "mlm_bias", "mlm_transform", "mlm_layer_norm", "nsp"]}
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra"])
+def test_import_matches_transformers(tmp_path, kind):
+    model = _hf_model(kind)
+    model.save_pretrained(tmp_path / "hf")
+    report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
+    assert report["initialised"] == INITIALISED[kind]
+    config = load_config(report["config"])           # the written config file loads
+    params, step = hx.restore_params(config, str(tmp_path / "w"))   # eval-style restore
+    enc = EncoderConfig.from_config(config.model)
+    assert step == 0 and enc.max_position_embeddings == 40 - report["position_offset"]
+    inputs = hx.sample_inputs(enc, length=12)
+    if kind == "roberta":  # RoBERTa's pad id is 1; positions of real tokens start at 2
+        inputs["input_ids"][inputs["attention_mask"] == 0] = 1
+    got = hx.jax_outputs(params, enc, inputs)
+    with torch.no_grad():
+        out = model(**{k: torch.as_tensor(v) for k, v in inputs.items()},
+                    output_hidden_states=True)
+    want = {"hidden": out.hidden_states[-1].numpy()}
+    if kind == "bert":
+        want.update(mlm_logits=out.prediction_logits.numpy(),
+                    nsp_logits=out.seq_relationship_logits.numpy(),
+                    pooled=model.bert.pooler(out.hidden_states[-1]).detach().numpy())
+    elif kind == "roberta":
+        want["mlm_logits"] = out.logits.numpy()
+    assert_close(hx.max_abs_diffs(got, want, inputs["attention_mask"]), set(want))
+
+
+def test_import_round_trip_through_files_is_bit_exact(tmp_path):
+    enc = tiny_encoder(scan=False)
+    params = random_params(enc, seed=2)
+    hx.write_hf_model(params, enc, str(tmp_path / "hf"), with_heads=True)
+    base = load_config(DEMO_CONFIG, ["--config.model.scan_layers=False"])
+    report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), base)
+    back, _ = hx.restore_params(load_config(report["config"]), str(tmp_path / "w"))
+    assert report["initialised"] == []
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
+                                                    jax.tree.leaves(params)))
+    with pytest.raises(KjaxError, match="already holds checkpoints"):
+        hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), base)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_import_refuses_pickled_code_and_bad_configs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _hf_model("bert").config.save_pretrained(tmp_path / "hf")
+    with open(tmp_path / "hf" / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"x": _Exploit()}, f)
+    with pytest.raises(KjaxError, match="cannot be loaded safely"):
+        hi.read_hf_weights(str(tmp_path / "hf"))
+    assert not (tmp_path / "pwned").exists()
+    config = BertConfig(**HF_SHAPE, hidden_act="gelu_new")
+    config.save_pretrained(tmp_path / "tanh")
+    with pytest.raises(KjaxError, match="hidden_act='gelu_new'"):
+        hi.read_hf_config(str(tmp_path / "tanh"))
+    with pytest.raises(KjaxError, match="config.json not found"):
+        hi.read_hf_config(str(tmp_path / "nowhere"))
+
+
+# ---- Eq. 1 in PyTorch ----------------------------------------------------------------------
+@pytest.mark.parametrize("factors", [(0.3, 0.3), (-0.3, -0.3), (0.5, -0.2)],
+                         ids=["bf+", "bf-", "per-layer"])
+def test_torch_shaking_equals_jax_shaking(tmp_path, factors):
+    enc = tiny_encoder(shake_factor=factors)
+    params = random_params(enc, seed=3)
+    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    model = AutoModelForPreTraining.from_pretrained(
+        tmp_path, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    assert model.config.kjax_shake_factor == list(factors)
+    inputs = hx.sample_inputs(enc)
+    rng = np.random.default_rng(4)
+    shape = inputs["input_ids"].shape + inputs["input_ids"].shape[-1:]
+    b = ((rng.random(shape) < 0.2) * rng.uniform(0.5, 2.0, shape)).astype(np.float32)
+    shaken = hx.jax_outputs(params, enc, inputs, shake=b)
+    keys = {"mlm_logits", "nsp_logits", "hidden", "pooled"}
+    assert_close(hx.max_abs_diffs(shaken, hx.torch_outputs(
+        model, inputs, shake_matrix=torch.from_numpy(b)), inputs["attention_mask"]), keys)
+    plain = hx.torch_outputs(model, inputs)   # no B: plain attention
+    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, inputs), plain,
+                                  inputs["attention_mask"]), keys)
+    assert hx.max_abs_diffs(shaken, plain, inputs["attention_mask"])["mlm_logits"] > 1e-2
+    zero = hx.torch_outputs(model, inputs, shake_matrix=torch.from_numpy(b), shake_factor=0.0)
+    assert_close(hx.max_abs_diffs(plain, zero, inputs["attention_mask"]), keys, 0.0)
+    with pytest.raises(KjaxError, match="shake_matrix has shape"):
+        hx.torch_outputs(model, inputs, shake_matrix=torch.zeros(2, 3, 3))
+
+
+# ---- tokenizers ----------------------------------------------------------------------------
+def korean_lines(n: int = 150) -> list[str]:
+    with open(demo_corpus_files()[0], encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()][:n]
+
+
+@pytest.fixture(scope="module", params=["unigram", "bpe"])
+def sp_model(request, prepared, tmp_path_factory):
+    if request.param == "unigram":
+        return str(prepared / "tok" / "sp.model")
+    from kjax.tokens.factory import train_tokenizer
+    config = tiny_config(tmp_path_factory.mktemp("bpe"), **{"tokenizer.model_type": "'bpe'"})
+    return train_tokenizer(config)[0]
+
+
+def test_fast_tokenizer_reproduces_kjax_ids(sp_model, tmp_path):
+    tx.export_sentencepiece(sp_model, str(tmp_path), 64)
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    kjax_tok = SentencePieceTokenizer(sp_model)
+    texts = korean_lines() + HOSTILE + ["서울은 한국의 [MASK]이다.", "가 [SEP] 나"]
+    for text in texts:
+        assert hf(text, add_special_tokens=False)["input_ids"] == \
+            tx.kjax_reference_ids(kjax_tok, text), repr(text)
+    a, b = korean_lines(2)
+    pair = hf(a, b)
+    ids_a, ids_b = (tx.kjax_reference_ids(kjax_tok, t) for t in (a, b))
+    assert pair["input_ids"] == [2, *ids_a, 3, *ids_b, 3]
+    assert pair["token_type_ids"] == [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+    assert hf.decode(hf(a)["input_ids"], skip_special_tokens=True) == a
+    # The documented divergences (docs/EXPORT.md): a leading special token gets no ▁,
+    # and a literal [PAD] is the pad token.
+    assert hf("[MASK]", add_special_tokens=False)["input_ids"] == [4]
+    assert kjax_tok.encode("[MASK]")["ids"].tolist() == [kjax_tok.token_to_id("▁"), 4]
+    assert hf("[PAD]", add_special_tokens=False)["input_ids"] == [0]
+
+
+def test_unsupported_sentencepiece_model_is_refused(tmp_path):
+    import sentencepiece as spm
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(korean_lines(300)),
+                                   model_prefix=str(tmp_path / "nfkc"), vocab_size=600,
+                                   character_coverage=0.98, hard_vocab_limit=False,
+                                   minloglevel=2)
+    with pytest.raises(KjaxError, match="nmt_nfkc"):
+        tx.build_fast_tokenizer(str(tmp_path / "nfkc.model"))
+
+
+def test_morph_sp_tokenizer_class(tmp_path):
+    from kjax.tokens.factory import train_tokenizer
+    from kjax.tokens.morph_sp import MorphSPTokenizer
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
+    path = train_tokenizer(config)[0]
+    tx.export_tokenizer(config, str(tmp_path / "hf"))
+    hf = tx.KjaxMorphSPTokenizer.from_pretrained(tmp_path / "hf")
+    kjax_tok = MorphSPTokenizer(path)
+    for text in korean_lines(40) + HOSTILE:
+        assert hf(text, add_special_tokens=False)["input_ids"] == \
+            tx.kjax_reference_ids(kjax_tok, text), repr(text)
+    pair = hf("나는 학교에서", "보았다")
+    assert pair["input_ids"][0] == 2 and pair["input_ids"].count(3) == 2
+    assert pair["token_type_ids"][-1] == 1 and pair["token_type_ids"][0] == 0
+    remote = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
+    assert remote("나는 학교에서")["input_ids"] == hf("나는 학교에서")["input_ids"]
+
+
+def test_multihot_tokenizer_class(tmp_path):
+    from kjax.tokens.multihot import BASE_TOKENS, MultihotTokenizer, MultihotVocab
+    vocab_file = str(tmp_path / "vocab.multihot.txt")
+    MultihotVocab([*BASE_TOKENS, "나", "##는", "학교", "##에서", "보##", "##었", "##다",
+                   "@😀"]).save(vocab_file)
+    tx.export_kiwi(tx.KjaxMultihotTokenizer, vocab_file, str(tmp_path / "hf"), 64)
+    hf = tx.KjaxMultihotTokenizer.from_pretrained(tmp_path / "hf")
+    kjax_tok = MultihotTokenizer(vocab_file)
+    for text in ["나는 학교에서 보았다", "나는 😀 漢字 Seed 20", *HOSTILE]:
+        assert hf(text, add_special_tokens=False)["input_ids"] == \
+            tx.kjax_reference_ids(kjax_tok, text), repr(text)
+    arrays = hf.encode_arrays("나는 학교에서")
+    assert arrays["morph"].tolist() == [0, 1, 2, 3]
+
+
+# ---- the command line: train → export → transformers → import ----------------------------
+def test_cli_export_and_import_round_trip(prepared, tmp_path):
+    from kjax.train.trainer import train
+    overrides = tiny_overrides(str(prepared))
+    config = tiny_config(prepared)
+    workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
+    train(config, workdir, progress=False)
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", workdir,
+                 "--out", out, "--with-pretraining-heads"]) == 0
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= \
+        set(os.listdir(out))
+    card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
+    assert "step 6" in card and "mlm_accuracy" in card and "konlpy" in card
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForPreTraining.from_pretrained(out).eval()
+    batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],
+                      ["모든 권력은 국민으로부터 나온다.", "🙂"], padding=True, return_tensors="np")
+    params, step = hx.restore_params(config, workdir)
+    enc = dataclasses.replace(EncoderConfig.from_config(config.model), dropout_rate=0.0)
+    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    assert step == 6 and inputs["attention_mask"].min() == 0
+    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, inputs),
+                                  hx.torch_outputs(model, inputs), inputs["attention_mask"]),
+                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
+    assert main(["import", "--hf", out, "--out", str(tmp_path / "back"), *overrides]) == 0
+    back, _ = hx.restore_params(load_config(str(tmp_path / "back" / "kjax_config.py")),
+                                str(tmp_path / "back"))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
+                                                    jax.tree.leaves(params)))
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", workdir,
+                 "--out", str(tmp_path / "x"), "--step", "5"]) == 2   # no such step

@@ -1,0 +1,15 @@
+r"""BERT-S (METHODS §2.5, Table 22): one-hot (morph-sp) input, MLM + NSP.
+
+    kjax tokenizer train --config tpu_configs/bert_s.py --config.data.corpus='corpus/*.txt'
+    kjax prepare --config tpu_configs/bert_s.py --config.data.corpus='corpus/*.txt' --workers 8
+    kjax train   --config tpu_configs/bert_s.py --workdir gs://BUCKET/bert_s
+
+Expected (what the thesis reported): KorQuAD F1 65.04 with 10 % of the fine-tuning data (Table 28), the baseline UKnowBERT-S beats.
+Knowledge resources default to the samples shipped in kjax/knowledge/data; point
+knowledge.hypernyms / sense_vectors / case_frames at your own files.
+"""
+from kjax.presets import uknow_config
+
+
+def get_config():
+    return uknow_config("bert_s", "small", multihot=False, objectives=("mlm", "nsp"))

@@ -1,0 +1,15 @@
+r"""mBERT-S (METHODS §2.5, Table 22): multi-hot morpheme input, MLM + NSP.
+
+    kjax tokenizer train --config tpu_configs/mbert_s.py --config.data.corpus='corpus/*.txt'
+    kjax prepare --config tpu_configs/mbert_s.py --config.data.corpus='corpus/*.txt' --workers 8
+    kjax train   --config tpu_configs/mbert_s.py --workdir gs://BUCKET/mbert_s
+
+Expected (what the thesis reported): the plain multi-hot model UKnowBERT-S is compared with: ≥1 KorQuAD point behind UKnowBERT-S up to 250k steps (Fig. 48).
+Knowledge resources default to the samples shipped in kjax/knowledge/data; point
+knowledge.hypernyms / sense_vectors / case_frames at your own files.
+"""
+from kjax.presets import uknow_config
+
+
+def get_config():
+    return uknow_config("mbert_s", "small", multihot=True, objectives=("mlm", "nsp"))
