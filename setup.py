@@ -26,7 +26,7 @@ CORE = [
 setup(
     name="kjax",
     version="0.1.0",
-    description=__doc__,
+    description=" ".join(__doc__.split()),
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["kjax", "kjax.*"]),
@@ -34,7 +34,8 @@ setup(
     install_requires=CORE,
     extras_require={
         "torch": ["torch>=2.4,<3", "transformers>=5,<6"],
-        "tpu": ["jax[tpu]>=0.10,<0.13"],
+        # gcsfs: orbax (etils.epath) and the log mirror read and write gs:// with it.
+        "tpu": ["jax[tpu]>=0.10,<0.13", "gcsfs>=2024.2"],
         "tfds": ["tensorflow-datasets>=4.9,<5", "tensorflow-cpu>=2.16,<3"],
         "beam": ["apache-beam>=2.60,<3"],
         # The tests exercise every extra but [tpu]: install torch==2.13.0 first

@@ -22,7 +22,8 @@ from kjax.errors import KjaxError
 VERB_MODULES: tuple[str, ...] = ("kjax.inspect_text", "kjax.examples.beam_prepare",
                                  "kjax.finetune.cli",
                                  "kjax.export.cli",
-                                 "kjax.analysis.cli")
+                                 "kjax.analysis.cli",
+                                 "kjax.knowledge.cli")
 
 DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "tpu_configs", "demo.py")
@@ -79,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", default="runs/demo")
     demo.add_argument("--scheme", default=None, choices=("sentencepiece", "morph-sp", "multihot"),
                       help="tokenizer scheme (default: the config's, sentencepiece)")
+    demo.add_argument("--uknowbert", action="store_true",
+                      help="UKnowBERT-S at demo size: multi-hot input, Eq. 7-9 MLM, NSP and the "
+                      "three knowledge objectives from the samples in kjax/knowledge/data")
     import importlib
     for name in VERB_MODULES:
         importlib.import_module(name).register(verbs, _add_config)
@@ -111,12 +115,8 @@ def run(argv: list[str]) -> int:
             args.overrides = list(args.overrides) + unknown
         else:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    if args.verb == "demo" and args.scheme:
-        scheme = [f"--config.tokenizer.scheme={args.scheme}"]
-        if args.scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
-            scheme += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
-                       "--config.data.mask_unit=morpheme"]
-        args.overrides = [*scheme, *args.overrides]
+    if args.verb == "demo":
+        args.overrides = [*demo_overrides(args.scheme, args.uknowbert), *args.overrides]
     config = _load(args, parser)
     if args.verb in ("train", "eval", "demo"):
         from kjax.parallel.mesh import maybe_initialize_distributed
@@ -133,7 +133,9 @@ def run(argv: list[str]) -> int:
         _print(prepare(config, num_workers=args.workers))
     elif args.verb == "train":
         from kjax.train.trainer import train
-        _print(train(config, args.workdir, stop_at=args.stop_at))
+        result = train(config, args.workdir, stop_at=args.stop_at)
+        _print(result)
+        return result.get("exit_code", 0)  # 143: stopped by SIGTERM after a clean save
     elif args.verb == "eval":
         from kjax.train.trainer import evaluate
         _print(evaluate(config, args.workdir, args.step))
@@ -142,6 +144,29 @@ def run(argv: list[str]) -> int:
     else:
         return args.handler(args, config) or 0
     return 0
+
+
+def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
+    if uknowbert:
+        if scheme not in (None, "multihot"):
+            raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
+        scheme = "multihot"
+    out = [f"--config.tokenizer.scheme={scheme}"] if scheme else []
+    if scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
+        out += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
+                "--config.data.mask_unit=morpheme"]
+    if uknowbert:  # the objectives of §2.5, with the shipped sample resources
+        out += [f"--config.knowledge.{k}_weight=1.0" for k in ("hypernym", "sense", "verb")]
+    if scheme:  # own data folders, so demos of different schemes never clobber each other
+        data = f"runs/demo_data_{'uknowbert' if uknowbert else scheme}"
+        out += [f"--config.tokenizer.path={data}/tokenizer/sp",
+                f"--config.data.dir={data}/examples"]
+    return out
+
+
+DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
+              ("hypernym_top1", "hyp_top1"), ("sense_cosine", "sense_cos"),
+              ("verb_accuracy", "verb_acc"))
 
 
 def run_demo(config, workdir: str) -> None:
@@ -166,10 +191,10 @@ def run_demo(config, workdir: str) -> None:
           f"in {config.data.dir}")
     result = train(config, workdir)
     curve = [r for r in read_metrics(workdir) if r["split"] == "train"]
-    print("[3/3] training loss (MLM + NSP) by step:")
+    print("[3/3] training loss (all objectives) by step:")
     for r in curve:
-        print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  mlm_acc {r['mlm_accuracy']:.3f}  "
-              f"nsp_acc {r['nsp_accuracy']:.3f}")
+        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
+        print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
     if len(curve) >= 2:
         print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
               f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "

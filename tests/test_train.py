@@ -123,3 +123,27 @@ def test_nan_params_are_never_saved(prepared, tmp_path):
         ckpt.save(1, state, {})
     ckpt.close()
     assert ckpt.latest_step() is None
+
+
+def test_remote_workdir_logs_through_a_local_mirror(prepared, tmp_path, monkeypatch):
+    """A gs:// workdir (simulated: every path counts as remote) gets its logs
+    copied to WORKDIR/logs after saves; a new machine pulls them back, so the
+    restart count survives the VM (kjax/train/logdir.py)."""
+    import json
+    from kjax.train import logdir
+    from kjax.train.trainer import train
+    monkeypatch.setattr(logdir, "is_remote", lambda workdir: True)
+    monkeypatch.setattr(logdir, "LOCAL_MIRRORS", str(tmp_path / "vm1"))
+    config = tiny_config(prepared, **{"train.num_steps": 4, "train.log_every": 2})
+    workdir = str(tmp_path / "bucket" / "run")
+    train(config, workdir, progress=False, stop_at=2)
+    mirror = logdir.local_log_dir(workdir)
+    assert mirror.startswith(str(tmp_path / "vm1")) and os.path.isfile(f"{mirror}/metrics.jsonl")
+    assert not os.path.exists(f"{workdir}/metrics.jsonl")          # nothing appended remotely
+    assert json.load(open(f"{workdir}/logs/goodput.json"))["sessions"] == 1
+    monkeypatch.setattr(logdir, "LOCAL_MIRRORS", str(tmp_path / "vm2"))  # a fresh VM
+    train(config, workdir, progress=False)
+    pushed = json.load(open(f"{workdir}/logs/goodput.json"))
+    assert (pushed["sessions"], pushed["restarts"]) == (2, 1)
+    steps = [json.loads(line)["step"] for line in open(f"{workdir}/logs/metrics.jsonl")]
+    assert 2 in steps and 4 in steps                     # the history of both sessions

@@ -19,7 +19,7 @@ from kjax.examples import records
 from kjax.batches.multihot import position_arrays, to_multihot
 from kjax.examples.masking import example_rng, mask_example
 from kjax.shake.matrix import build_shake_matrix
-from kjax.shake.variants import shared_position_ids
+from kjax.shake.variants import merged_units, shared_position_ids
 from kjax.tokens.sentencepiece import PAD
 
 EVAL_STREAM = 1 << 20  # eval's random choices (random-variant B) use their own stream
@@ -31,7 +31,10 @@ class ToModelInputs(grain.transforms.RandomMap):
     def __init__(self, config, dynamic_masking: bool):
         self.config, self.dynamic = config, dynamic_masking
         self.d = config.data
-        self.multihot = config.model.input_mode == "multihot"
+        # Multi-hot morphemes and SHAKE's merged positions (§1.5, 6) share the
+        # token-stream → positions path.
+        self.multihot = config.model.input_mode in ("multihot", "merged")
+        self.merged = config.model.input_mode == "merged"
         self.knowledge = None
         if knowledge_enabled(config):
             from kjax.batches.knowledge import KnowledgeTargets
@@ -46,6 +49,8 @@ class ToModelInputs(grain.transforms.RandomMap):
         if self.multihot:
             original = np.array(example["input_ids"])
             original[example["mlm_positions"]] = example["mlm_ids"]
+            if self.merged:
+                example = merged_units(example)
             out = to_multihot(example, original, example["mlm_positions"], d.max_seq_len,
                               d.max_predictions_per_seq, d.max_targets_per_position)
             positions = position_arrays(example)  # B is over morphemes (METHODS §2.3)
@@ -92,9 +97,12 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
         raise ValueError(f"train.batch_size={batch} is not divisible by {process_count} processes")
     source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "train"))
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
-          [process_index::process_count].repeat(None).map(records.decode_example))
+          .repeat(None).map(records.decode_example))
     ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
-    ds = ds.batch(batch // process_count, drop_remainder=True)
+    # Process p takes rows [p·L, (p+1)·L) of every global batch (lazily: it
+    # reads only those). Masks are drawn by global record index, so the
+    # global batch, and the loss curve, do not depend on the process count.
+    ds = ds.batch(batch // process_count, drop_remainder=True)[process_index::process_count]
     return ds.to_iter_dataset(grain.ReadOptions(num_threads=2,
                                                 prefetch_buffer_size=config.train.prefetch))
 
@@ -102,24 +110,27 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
 def eval_batches(config, batch_size: int, max_batches: int, process_index: int = 0,
                  process_count: int = 1):
     """The held-out examples (statically masked at prepare), in order; the last
-    batch is filled with zero-weight rows so every example counts once."""
+    batch is filled with zero-weight rows so every example counts once. Every
+    process yields the same number of batches (each is a collective), and
+    process p's rows are its slice of each global batch, as in training."""
     d = config.data
     source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "eval"))
     local = batch_size // process_count
-    indices = range(process_index, len(source), process_count)
+    count = -(-len(source) // batch_size)
+    count = min(count, max_batches) if max_batches > 0 else count
     to_inputs = ToModelInputs(config, dynamic_masking=False)  # eval masks are stored
-    rows = []
-    for i in indices:
-        rows.append(to_inputs.random_map(records.decode_example(source[i]),
-                                         example_rng(d.seed, i, EVAL_STREAM)))
-        if len(rows) == local:
-            yield stack(rows)
-            rows, max_batches = [], max_batches - 1
-            if max_batches == 0:
-                return
-    if rows:
-        filler = {k: np.zeros_like(v) for k, v in rows[0].items()}
-        yield stack(rows + [filler] * (local - len(rows)))
+
+    def row(i):
+        return to_inputs.random_map(records.decode_example(source[i]),
+                                    example_rng(d.seed, i, EVAL_STREAM))
+
+    for b in range(count):
+        first = b * batch_size + process_index * local
+        rows = [row(i) for i in range(first, min(first + local, len(source)))]
+        if len(rows) < local:
+            template = rows[0] if rows else row(0)
+            rows += [{k: np.zeros_like(v) for k, v in template.items()}] * (local - len(rows))
+        yield stack(rows)
 
 
 def stack(rows: list[dict]) -> dict:

@@ -8,9 +8,13 @@ and the grain iterator position, saved together, asynchronously.
   is reported before anything compiles.
 - Params with NaN/Inf are never saved: the run stops with the last good step.
 - Restore places every array straight onto the current mesh's shardings.
+- Multi-process: every process calls save/restore (orbax coordinates them
+  and writes each array shard once); the data item holds one JSON file per
+  process (`process_I-of-N.json`), since each process has its own iterator.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -22,6 +26,45 @@ from kjax.errors import KjaxError
 
 ITEMS = ("state", "data")
 policies = ocp.checkpoint_managers
+
+
+class ProcessJsonHandler(ocp.CheckpointHandler):
+    """One JSON document per process, like grain's own orbax handler, but for a
+    plain dict (the iterator state), so restore can hand it back before an
+    iterator exists. A state saved by another process count is read from
+    process 0's file: kjax's loader counts positions in global batches."""
+
+    def save(self, directory, args=None):
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / _process_file()).write_text(json.dumps(args.state))
+
+    def restore(self, directory, args=None):
+        path = directory / _process_file()
+        if not path.exists():
+            # Another process count's state, or one file from orbax's JsonSave
+            # (checkpoints written before the per-process files).
+            others = sorted(directory.glob("process_0-of-*.json")) + [directory / "metadata"]
+            path = next((o for o in others if o.exists()), None)
+            if path is None:
+                raise FileNotFoundError(f"{directory / _process_file()} (and no "
+                                        f"process_0-of-*.json)")
+        return json.loads(path.read_text())
+
+
+def _process_file() -> str:
+    return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+
+
+@ocp.args.register_with_handler(ProcessJsonHandler, for_save=True)
+@dataclasses.dataclass
+class DataSave(ocp.args.CheckpointArgs):
+    state: dict
+
+
+@ocp.args.register_with_handler(ProcessJsonHandler, for_restore=True)
+@dataclasses.dataclass
+class DataRestore(ocp.args.CheckpointArgs):
+    pass
 
 
 def all_finite(tree) -> bool:
@@ -71,13 +114,13 @@ class Checkpointer:
                             f"checkpoint is step {last}; lower train.learning_rate or raise "
                             f"train.warmup_steps and resume")
         return self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=force)
+            state=ocp.args.StandardSave(state), data=DataSave(data_state)), force=force)
 
     def restore(self, step: int, abstract_state):
         self.check_complete(step)
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+                state=ocp.args.StandardRestore(abstract_state), data=DataRestore()))
         except (ValueError, KeyError, FileNotFoundError, json.JSONDecodeError) as e:
             raise KjaxError(f"checkpoint {self.directory}/{step} could not be restored "
                             f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); it may be "

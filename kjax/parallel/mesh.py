@@ -14,6 +14,7 @@ import os
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
@@ -35,13 +36,38 @@ LOGICAL_RULES = (
 )
 
 
+# Environment that turns a run into one process of a multi-process job.
+# jax itself reads JAX_COORDINATOR_ADDRESS but not the process count/id;
+# kjax passes all three, so the localhost test and real clusters share a path.
+COORDINATOR_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
 def maybe_initialize_distributed() -> None:
     """Multi-process runs (TPU pods, several GPU hosts, the 2-process CPU test)
-    need `jax.distributed.initialize()` before any other JAX call."""
+    need `jax.distributed.initialize()` before any other JAX call. When:
+
+    - JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES=N, JAX_PROCESS_ID=i
+      are set: those (any of the last two missing: jax's cluster detection);
+    - TPU_WORKER_HOSTNAMES lists several hosts (a pod slice), or
+      KJAX_DISTRIBUTED=1: jax's auto-detection (TPU metadata, SLURM, ...).
+    """
+    if jax.distributed.is_initialized():
+        return
+    address, count, index = (os.environ.get(k) for k in COORDINATOR_ENV)
     multi_host_tpu = "," in os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    explicit = os.environ.get("JAX_COORDINATOR_ADDRESS") or os.environ.get("KJAX_DISTRIBUTED")
-    if (multi_host_tpu or explicit) and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
+    if not (address or multi_host_tpu or os.environ.get("KJAX_DISTRIBUTED")):
+        return
+    try:
+        count = int(count) if count else None
+        index = int(index) if index else None
+    except ValueError:
+        raise KjaxError(f"JAX_NUM_PROCESSES={count!r} and JAX_PROCESS_ID={index!r} must be "
+                        f"integers (the process count and this process's 0-based id)") from None
+    if count is not None and index is not None and not 0 <= index < count:
+        raise KjaxError(f"JAX_PROCESS_ID={index} is outside 0..{count - 1} "
+                        f"(JAX_NUM_PROCESSES={count})")
+    jax.distributed.initialize(coordinator_address=address or None, num_processes=count,
+                               process_id=index)
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
@@ -61,9 +87,12 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
     return tuple(sizes)
 
 
-def make_mesh(config, devices=None) -> jax.sharding.Mesh:
-    devices = devices if devices is not None else jax.devices()
-    shape = mesh_shape(config.mesh, len(devices))
+def check_mesh(config, num_devices: int, num_processes: int = 1) -> tuple[int, int, int]:
+    """The mesh shape for `num_devices`, after every check that needs no device."""
+    shape = mesh_shape(config.mesh, num_devices)
+    if config.train.batch_size % num_processes:  # each process loads its own rows
+        raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
+                        f"{num_processes} processes; use a multiple of {num_processes}")
     batch_shards = shape[0] * shape[1]
     if config.train.batch_size % batch_shards:
         raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
@@ -76,6 +105,13 @@ def make_mesh(config, devices=None) -> jax.sharding.Mesh:
         if size % axis:
             raise KjaxError(f"model.{name}={size} is not divisible by the mesh axis that "
                             f"shards it (size {axis}); change the mesh or the model")
+    return shape
+
+
+def make_mesh(config, devices=None) -> jax.sharding.Mesh:
+    devices = devices if devices is not None else jax.devices()
+    processes = len({d.process_index for d in devices})
+    shape = check_mesh(config, len(devices), processes)
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices)
 
@@ -98,3 +134,23 @@ def put_batch(batch: dict, mesh) -> dict:
     Each process passes its own slice; JAX stitches the global array."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def global_any(flag: bool, mesh) -> jax.Array:
+    """Every process's boolean → one replicated 'any' (a tiny all-reduce over
+    the mesh). Dispatched asynchronously: read it a step later so the check
+    costs no host sync. Processes agree because they read the same value."""
+    sharding = NamedSharding(mesh, P(MESH_AXES))
+    local = np.full((len(mesh.local_devices),), flag, np.int32)
+    flags = jax.make_array_from_process_local_data(sharding, local, (mesh.devices.size,))
+    return _any(flags)
+
+
+@jax.jit
+def _any(flags):
+    return jnp.max(flags) > 0
+
+
+def read_replicated(x: jax.Array):
+    """Host value of a replicated array; works when it spans several processes."""
+    return np.asarray(x.addressable_data(0))

@@ -4,10 +4,17 @@ It checks everything it can before compiling (mesh, batch, data, tokenizer
 vocabulary, checkpoint completeness), restores the latest checkpoint if the
 workdir has one, and runs the jit-compiled step. Host syncs happen only at
 log/eval/checkpoint steps.
+
+Preemption: SIGTERM (what a spot/preemptible TPU VM, `launch/stop.sh` or a
+scheduler sends) sets a flag; the processes agree on it through a tiny
+all-reduce read one step late, save at the same step, wait for the async
+write and return `preempted` (the CLI then exits with 143). orbax's own
+preemption sync point is checked every step as well.
 """
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import jax
@@ -18,8 +25,9 @@ from kjax.batches.loader import eval_batches, train_dataset
 from kjax.checkpoint.manager import Checkpointer
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.parallel.mesh import make_mesh, put_batch
-from kjax.train.metrics import MetricWriter, peak_flops, plot_loss_curve
+from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
+from kjax.train.logdir import local_log_dir, pull_logs, push_logs
+from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 from kjax.train.step import flops_per_example, make_eval_step, make_train_step, summarize_eval
 
@@ -35,6 +43,51 @@ def check_data(config) -> dict:
                             f"config has {section}.{key}={want}; run `kjax prepare` again or "
                             f"set --config.{section}.{key}={meta.get(key)}")
     return meta
+
+
+PREEMPTED_EXIT = 143  # 128 + SIGTERM: "terminated", so supervisors restart the job
+
+
+class StopSignal:
+    """While active, SIGTERM only sets `received` (the default would kill the
+    process mid-write). It replaces jax's C++ SIGTERM notifier, if any: the
+    trainer's own agreement below does that job on every platform."""
+
+    def __init__(self):
+        self.received, self.previous = False, None
+
+    def __enter__(self):
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread: nobody can deliver it to us anyway
+            self.previous = None
+        else:
+            self.previous = self.previous if self.previous is not None else signal.SIG_DFL
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = True
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+class PreemptionCheck:
+    """Turns a local SIGTERM flag into one decision all processes share. With
+    several processes each step dispatches `any(flags)` and reads the previous
+    step's result, which is ready by then: no host sync, one step of delay."""
+
+    def __init__(self, mesh, stop: StopSignal):
+        self.mesh, self.stop, self.pending = mesh, stop, None
+        self.multi = jax.process_count() > 1
+
+    def __call__(self) -> bool:
+        if not self.multi:
+            return self.stop.received
+        agreed = self.pending is not None and bool(read_replicated(self.pending))
+        self.pending = global_any(self.stop.received, self.mesh)
+        return agreed
 
 
 class Session:
@@ -54,13 +107,14 @@ class Session:
         if self.latest is not None:
             self.checkpoints.check_complete(self.latest)
 
-    def initial_state(self):
+    def initial_state(self, goodput: Goodput):
         """(state, shardings, data_state or None): restored if the workdir has one."""
         if self.latest is None:
             state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx)
             return state, shardings, None
         target, shardings = abstract_state(self.config, self.mesh, self.train_model, self.tx)
-        state, data_state = self.checkpoints.restore(self.latest, target)
+        with goodput.timed("checkpoint"):
+            state, data_state = self.checkpoints.restore(self.latest, target)
         return state, shardings, data_state
 
     def evaluate(self, eval_fn, params) -> dict:
@@ -75,31 +129,45 @@ class Session:
 
 def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
     """Trains to train.num_steps (or stops early at `stop_at`, checkpointing
-    there, with the schedule of the full run: how a time-limited job ends)."""
+    there, with the schedule of the full run: how a time-limited job ends).
+    SIGTERM stops it the same way at the next step (`preempted` in the result)."""
+    with StopSignal() as stop:
+        return _train(config, workdir, progress, stop_at, stop)
+
+
+def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
+    primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
+    logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
+    if primary:
+        pull_logs(workdir)
+    goodput = Goodput(logs, enabled=primary)
     s = Session(config, workdir)
     c, t = config, config.train
-    primary = jax.process_index() == 0
-    state, shardings, data_state = s.initial_state()
+    state, shardings, data_state = s.initial_state(goodput)
     iterator = iter(train_dataset(c, jax.process_index(), jax.process_count()))
     if data_state is not None:
         iterator.set_state(data_state)
     train_step = make_train_step(c, s.mesh, s.train_model, s.tx, shardings)
     eval_step = make_eval_step(c, s.mesh, s.eval_model, shardings["params"])
-    writer = MetricWriter(workdir, enabled=primary)
+    writer = MetricWriter(logs, enabled=primary)
     start = int(jax.device_get(state["step"]))
     if start >= t.num_steps:
         s.checkpoints.close()
+        writer.close()
         return {"step": start, "message": "already trained to train.num_steps"}
     step_flops = flops_per_example(c.model, c.data.max_seq_len,
                                    c.data.max_predictions_per_seq) * t.batch_size
     peak, peak_source = peak_flops(c)
     tokens_per_step = t.batch_size * c.data.max_seq_len
+    preempted = PreemptionCheck(s.mesh, stop)
     bar = tqdm(total=t.num_steps, initial=start, desc="train", disable=not (progress and primary))
     last = {"step": start}
+    goodput.start_loop(start)
     window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
     for step in range(start + 1, t.num_steps + 1):
         fetch_start = time.perf_counter()
-        batch = put_batch(next(iterator), s.mesh)
+        with goodput.timed("data_wait"):
+            batch = put_batch(next(iterator), s.mesh)
         data_wait += time.perf_counter() - fetch_start
         state, metrics = train_step(state, batch)
         window_steps += 1
@@ -115,22 +183,40 @@ def train(config, workdir: str, progress: bool = True, stop_at: int | None = Non
                 m["compile_and_first_step_time"] = m.pop("step_time")
                 m.pop("tokens_per_sec"), m.pop("mfu")
             writer.write(step, m)
+            goodput.save(step)
             bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
             last = {"step": step, **m}
             window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
         if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
-            writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
-        stop = s.checkpoints.reached_preemption(step) or step == stop_at
-        if s.checkpoints.should_save(step) or step == t.num_steps or stop:
-            s.checkpoints.save(step, state, iterator.get_state(), force=True)
-        if stop:
+            with goodput.timed("eval"):
+                writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
+        signalled = preempted() or s.checkpoints.reached_preemption(step)
+        stop_now = signalled or step == stop_at
+        if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
+            jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
+            with goodput.timed("checkpoint"):
+                s.checkpoints.save(step, state, iterator.get_state(), force=True)
+                if primary:
+                    push_logs(workdir)
+        if stop_now:
             break
+    goodput.end_loop()
     bar.close()
-    s.checkpoints.close()
-    writer.close()
+    with goodput.timed("checkpoint"):
+        s.checkpoints.close()  # waits for the async write: the last save is complete
     last.update(peak_flops=peak, peak_source=peak_source, final_step=step)
+    if signalled:
+        last.update(preempted=True, exit_code=PREEMPTED_EXIT,
+                    message=f"stopped by a preemption signal after saving step {step}; "
+                            f"run the same command to resume")
+        print(f"kjax: process {jax.process_index()}: {last['message']}", flush=True)
     if primary:
-        last["loss_curve"] = plot_loss_curve(workdir)
+        last["loss_curve"] = plot_loss_curve(logs)
+    last["goodput"] = goodput.summary(step)
+    writer.write(step, last["goodput"], prefix="goodput")
+    writer.close()
+    if primary:
+        push_logs(workdir)
     return last
 
 

@@ -1,0 +1,192 @@
+"""Two `kjax train` processes on localhost (jax.distributed, gloo collectives,
+4 fake CPU devices each) against the single-process 8-device run; then
+SIGTERM to one process mid-run: both save the same step and exit cleanly,
+and the resumed run ends bit-identical to an uninterrupted one."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
+from kjax.train.metrics import read_metrics
+from kjax.train.trainer import PREEMPTED_EXIT, train
+from test_train import TIMING, final_params
+
+STEPS = 24
+EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 10, "train.learning_rate": 3e-3,
+         "train.warmup_steps": 4}
+TIMEOUT = 300  # seconds per two-process run; a hang (a lost collective) fails, not blocks
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def launch(prepared, workdir, logdir, tag: str) -> list:
+    """Both processes of one run, each told its role only by the environment
+    (what kjax.parallel.mesh.maybe_initialize_distributed reads). Later runs
+    reuse the first one's executables from a persistent compilation cache."""
+    port, procs = free_port(), []
+    for i in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4",
+               "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2",
+               "JAX_PROCESS_ID": str(i), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+               "JAX_COMPILATION_CACHE_DIR": os.path.join(logdir, "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": ROOT}
+        log = open(os.path.join(logdir, f"{tag}-{i}.log"), "w")
+        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+               "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       cwd=ROOT), log))
+    return procs
+
+
+def finish(procs, deadline: float) -> list[int]:
+    try:
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p, _ in procs]
+    finally:
+        for p, log in procs:  # stragglers: a failed run must not outlive the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+
+
+def logs(logdir, tag):
+    return [open(os.path.join(logdir, f"{tag}-{i}.log")).read() for i in range(2)]
+
+
+def run_two(prepared, workdir, logdir, tag) -> list[str]:
+    codes = finish(launch(prepared, workdir, logdir, tag), time.monotonic() + TIMEOUT)
+    out = logs(logdir, tag)
+    assert codes == [0, 0], f"{tag} exited {codes}:\n{out[0][-3000:]}\n{out[1][-3000:]}"
+    return out
+
+
+def train_rows(workdir) -> dict:
+    rows = [r for r in read_metrics(workdir) if r["split"] == "train"]
+    return {r["step"]: {k: v for k, v in r.items() if k not in TIMING} for r in rows}
+
+
+def goodput_rows(workdir) -> list[dict]:
+    return [r for r in read_metrics(workdir) if r["split"] == "goodput"]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, tmp_path):
+    logdir = str(tmp_path)
+    single, straight, cut = (str(tmp_path / n) for n in ("single", "straight", "cut"))
+
+    # 1. Two processes × 4 devices vs one process × 8 devices: the same curve.
+    run_two(prepared, straight, logdir, "straight")
+    train(tiny_config(prepared, **EXTRA), single, progress=False)
+    two, one = train_rows(straight), train_rows(single)
+    assert sorted(two) == sorted(one) == list(range(1, STEPS + 1))  # process 0 logs, once
+    for step in one:
+        for key in ("loss", "mlm_loss", "nsp_loss", "grad_norm"):
+            assert two[step][key] == pytest.approx(one[step][key], rel=1e-5, abs=1e-6), (step, key)
+    assert two[STEPS]["loss"] < two[1]["loss"] - 0.3  # it trained
+    assert len(os.listdir(os.path.join(straight, "tensorboard"))) == 1  # one writer
+    data_dir = os.path.join(straight, "checkpoints", str(STEPS), "data")
+    assert sorted(f for f in os.listdir(data_dir) if f.endswith(".json")) == [
+        "process_0-of-2.json", "process_1-of-2.json"]  # one iterator state per process
+    (g,) = goodput_rows(straight)
+    assert g["restarts"] == 0 and g["sessions"] == 1 and 0 < g["goodput"] <= 1
+    assert g["compile_seconds"] > 0 and g["step_seconds"] > 0 and g["checkpoint_seconds"] > 0
+
+    # 2. SIGTERM to process 1 only, once training is under way.
+    procs = launch(prepared, cut, logdir, "cut")
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while not train_rows(cut):
+            assert all(p.poll() is None for p, _ in procs), logs(logdir, "cut")[0][-3000:]
+            assert time.monotonic() < deadline, "no training step logged in time"
+            time.sleep(0.05)
+        procs[1][0].send_signal(signal.SIGTERM)
+    finally:
+        codes = finish(procs, deadline)
+    out = logs(logdir, "cut")
+    assert codes == [PREEMPTED_EXIT] * 2, f"{codes}:\n{out[0][-3000:]}\n{out[1][-3000:]}"
+    stopped = {int(o.split("after saving step ")[1].split(";")[0]) for o in out}
+    assert len(stopped) == 1  # both processes agreed on the step
+    (saved,) = stopped
+    assert 1 <= saved < STEPS and "Traceback" not in out[0] + out[1]
+    assert max(int(d) for d in os.listdir(os.path.join(cut, "checkpoints"))
+               if d.isdigit()) == saved
+
+    # 3. Resume: the same command continues bit-exactly.
+    run_two(prepared, cut, logdir, "resumed")
+    config = tiny_config(prepared, **EXTRA)
+    (s_state, s_data), (r_state, r_data) = final_params(config, straight), final_params(config, cut)
+    assert int(r_state["step"]) == STEPS and s_data == r_data
+    for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(r_state)):
+        assert np.array_equal(a, b)
+    s_rows, r_rows = train_rows(straight), train_rows(cut)
+    for step in range(saved + 1, STEPS + 1):
+        assert s_rows[step] == r_rows[step], step
+    last = goodput_rows(cut)[-1]
+    assert last["restarts"] == 1 and last["sessions"] == 2
+    with open(os.path.join(cut, "goodput.json")) as f:
+        assert json.load(f)["last_step"] == STEPS
+    print(f"\nsingle 8-device vs two-process loss at steps 1/{saved}/{STEPS}: "
+          f"{one[1]['loss']:.6f}/{one[saved]['loss']:.6f}/{one[STEPS]['loss']:.6f} vs "
+          f"{two[1]['loss']:.6f}/{two[saved]['loss']:.6f}/{two[STEPS]['loss']:.6f}; "
+          f"SIGTERM saved step {saved}; resumed final loss {r_rows[STEPS]['loss']:.6f}")
+
+
+def test_sigterm_saves_at_that_step_and_restores_the_handler(prepared, tmp_path, monkeypatch):
+    """One process: SIGTERM arriving while step 3's batch is fetched stops the
+    run right after step 3, with that step saved and the old handler back."""
+    import kjax.train.trainer as trainer
+
+    class SignallingIterator:
+        def __init__(self, it):
+            self.it, self.calls = it, 0
+
+        def __next__(self):
+            self.calls += 1
+            if self.calls == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return next(self.it)
+
+        def __getattr__(self, name):  # get_state / set_state
+            return getattr(self.it, name)
+
+    class Dataset:
+        def __init__(self, ds):
+            self.ds = ds
+
+        def __iter__(self):
+            return SignallingIterator(iter(self.ds))
+
+    real = trainer.train_dataset
+    monkeypatch.setattr(trainer, "train_dataset", lambda *a: Dataset(real(*a)))
+    before = signal.getsignal(signal.SIGTERM)
+    workdir = str(tmp_path / "run")
+    result = train(tiny_config(prepared), workdir, progress=False)
+    assert result["preempted"] and result["final_step"] == 3
+    assert result["exit_code"] == PREEMPTED_EXIT and signal.getsignal(signal.SIGTERM) == before
+    assert sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))) == [3]
+    assert goodput_rows(workdir)[-1]["restarts"] == 0
+
+
+def test_bad_process_environment_is_a_clear_error(monkeypatch):
+    from kjax.errors import KjaxError
+    from kjax.parallel.mesh import maybe_initialize_distributed
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "localhost:1")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+    monkeypatch.setenv("JAX_PROCESS_ID", "2")
+    with pytest.raises(KjaxError, match=r"JAX_PROCESS_ID=2 is outside 0\.\.1"):
+        maybe_initialize_distributed()
+    monkeypatch.setenv("JAX_PROCESS_ID", "one")
+    with pytest.raises(KjaxError, match="must be integers"):
+        maybe_initialize_distributed()

@@ -1,0 +1,37 @@
+r"""BERT-base, phase-1 style (sequences of 128), on a TPU v2-8 (one host,
+4 chips × 2 TensorCores = 8 JAX devices, 8 GiB each): mesh data=8, batch
+256 (32 per core), bf16 compute with fp32 params and Adam state, no remat.
+For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
+--config.mesh.data=8 (it is small enough to be bound by the input pipeline).
+
+    launch/create.sh --accelerator v2-8 --spot && launch/setup.sh
+    launch/run.sh --run bert-v2-8 -- train --config tpu_configs/v2_8.py \
+      --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
+      --config.data.dir="gs://$BUCKET/examples128" --workdir "gs://$BUCKET/runs/bert-v2-8"
+
+Expected — a PROJECTION, not a measurement (nobody here has a TPU): 70
+GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
+4 chips × 45 = 180 TFLOP/s (22.5 per core); at the ~40 % MFU measured on CPU
+against the matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1000
+examples/s, ~130k tokens/s, ~0.25 s per step (30–50 % MFU: 0.2–0.33 s),
+~35 h for the 500k steps. A checkpoint every 2000 steps (~8 min).
+"""
+from kjax.config import ConfigDict
+
+SLICE = "v2-8"  # accelerator type: 8 devices (tests/test_tpu_configs.py checks the mesh)
+
+
+def get_config():
+    c = ConfigDict()
+    c.name = "bert_base_v2_8"
+    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+                   intermediate_size=3072, max_position_embeddings=512,
+                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
+    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
+    c.data = dict(dir="gs://YOUR_BUCKET/examples128", max_seq_len=128,
+                  max_predictions_per_seq=20)
+    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=1e-4,
+                   warmup_steps=10_000, log_every=100, eval_every=5000,
+                   checkpoint_every=2000, keep_checkpoints=3)
+    c.mesh = dict(data=8, fsdp=1, tensor=1)
+    return c

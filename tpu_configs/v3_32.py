@@ -1,0 +1,38 @@
+r"""BERT-base on a TPU v3-32 pod slice: 4 hosts × 8 TensorCores = 32 JAX
+devices; pure data parallelism (mesh data=32), global batch 512 = 128 per
+host = 16 per core, sequences of 512, bf16 compute with fp32 params and Adam
+state, no remat. The tokens of 1M steps × 128 (bert_base.py) in 250k steps.
+
+    launch/create.sh --accelerator v3-32 --spot && launch/setup.sh
+    launch/autorestart.sh --accelerator v3-32 --spot --run bert-v3-32 -- train \
+      --config tpu_configs/v3_32.py --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
+      --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v3-32"
+
+Expected — a PROJECTION, not a measurement (nobody here has a TPU): the step
+is 302 GFLOP per example (kjax.train.step.flops_per_example, bidirectional
+attention counted); the slice's datasheet bf16 peak is 16 chips × 123 =
+1968 TFLOP/s. At the ~40 % MFU measured on CPU against the matmul peak
+(docs/PERFORMANCE.md: 39.5–46.9 % for uknow_small) that is ~2600 examples/s,
+~1.3M tokens/s, ~0.2 s per step (30–50 % MFU: 0.16–0.26 s), ~14 h for the
+250k steps. Each host prepares ~650 examples/s; watch `data_wait_fraction`.
+A checkpoint every 2000 steps (~7 min) bounds the work a preemption loses.
+"""
+from kjax.config import ConfigDict
+
+SLICE = "v3-32"  # accelerator type: 32 devices (tests/test_tpu_configs.py checks the mesh)
+
+
+def get_config():
+    c = ConfigDict()
+    c.name = "bert_base_v3_32"
+    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+                   intermediate_size=3072, max_position_embeddings=512,
+                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
+    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
+    c.data = dict(dir="gs://YOUR_BUCKET/examples", max_seq_len=512,
+                  max_predictions_per_seq=80)
+    c.train = dict(batch_size=512, num_steps=250_000, learning_rate=2e-4,
+                   warmup_steps=10_000, log_every=100, eval_every=5000,
+                   checkpoint_every=2000, keep_checkpoints=3)
+    c.mesh = dict(data=32, fsdp=1, tensor=1)
+    return c

@@ -1,0 +1,37 @@
+r"""BERT-base on a TPU v4-8 (one host, 4 chips; a v4 chip's two TensorCores
+act as one JAX device, "megacore", so 4 devices with 32 GiB each): mesh
+data=4, batch 256 (64 per chip), sequences of 512, bf16 compute with fp32
+params and Adam state, no remat. An example for v4 and later: v5e/v6e slices
+work the same way with their runtime image (docs/TPU.md §2).
+
+    launch/create.sh --zone us-central2-b --accelerator v4-8 && launch/setup.sh
+    launch/run.sh --run bert-v4-8 -- train --config tpu_configs/v4_8.py \
+      --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
+      --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v4-8"
+
+Expected — a PROJECTION, not a measurement (nobody here has a TPU): 302
+GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
+4 chips × 275 = 1100 TFLOP/s; at the ~40 % MFU measured on CPU against the
+matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1450 examples/s, ~750k
+tokens/s, ~0.18 s per step (30–50 % MFU: 0.14–0.23 s), ~25 h for the 500k
+steps. A checkpoint every 2000 steps (~6 min).
+"""
+from kjax.config import ConfigDict
+
+SLICE = "v4-8"  # accelerator type: 4 devices (tests/test_tpu_configs.py checks the mesh)
+
+
+def get_config():
+    c = ConfigDict()
+    c.name = "bert_base_v4_8"
+    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+                   intermediate_size=3072, max_position_embeddings=512,
+                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
+    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
+    c.data = dict(dir="gs://YOUR_BUCKET/examples", max_seq_len=512,
+                  max_predictions_per_seq=80)
+    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=1.4e-4,
+                   warmup_steps=10_000, log_every=100, eval_every=5000,
+                   checkpoint_every=2000, keep_checkpoints=3)
+    c.mesh = dict(data=4, fsdp=1, tensor=1)
+    return c
