@@ -25,12 +25,10 @@ from kjax.config import load_config
 from kjax.errors import KjaxError
 from kjax.export import hf_export as hx
 from kjax.export import hf_import as hi
-from kjax.export import tokenizer_export as tx
+from kjax.export import multihot_export as mx
 from kjax.export.torch_shake import ATTN_IMPLEMENTATION
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining as KjaxBert
-from kjax.text.corpus import demo_corpus_files
-from kjax.tokens.sentencepiece import SentencePieceTokenizer
 
 TOLERANCE = 1e-5
 HF_SHAPE = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -46,12 +44,18 @@ def tiny_encoder(scan: bool = True, **extra) -> EncoderConfig:
                          scan_layers=scan, **extra)
 
 
+def tiny_multihot(scan: bool = True, **extra) -> EncoderConfig:
+    return tiny_encoder(scan, input_mode="multihot", num_pos_tags=7, max_tokens_per_morpheme=4,
+                        **extra)
+
+
 def random_params(enc: EncoderConfig, seed: int = 0) -> dict:
     """kjax's param tree (shapes traced, nothing compiled) filled with noise."""
     inputs = hx.sample_inputs(enc)
+    multihot = mx.jax_multihot(inputs) if mx.is_multihot(enc) else None
     shapes = nn.meta.unbox(jax.eval_shape(KjaxBert(enc).init, jax.random.key(0), *(
-        jnp.asarray(inputs[k]) for k in ("input_ids", "token_type_ids", "attention_mask")))
-        ["params"])
+        jnp.asarray(inputs[k]) for k in ("input_ids", "token_type_ids", "attention_mask")),
+        multihot=multihot)["params"])
     rng = np.random.default_rng(seed)
 
     def fill(path, shape):
@@ -101,12 +105,15 @@ def test_export_without_heads_is_a_plain_encoder(tmp_path):
     assert max(diffs.values()) <= TOLERANCE
 
 
-@pytest.mark.parametrize("scan", [True, False], ids=["scan", "unscanned"])
-def test_state_dict_round_trip_is_bit_exact(scan):
-    enc = tiny_encoder(scan)
+@pytest.mark.parametrize("scan,multihot", [(True, False), (False, False), (True, True)],
+                         ids=["scan", "unscanned", "multihot"])
+def test_state_dict_round_trip_is_bit_exact(scan, multihot):
+    enc = tiny_multihot(scan) if multihot else tiny_encoder(scan)
     params = random_params(enc, seed=1)
     state_dict = hx.params_to_state_dict(params, enc, with_heads=True)
-    back, missing, unused = hi.hf_to_params(state_dict, {"model_type": "bert", "_dir": "mem"},
+    assert ("bert.embeddings.inpos_embeddings.weight" in state_dict) == multihot
+    model_type = mx.MODEL_TYPE if multihot else "bert"
+    back, missing, unused = hi.hf_to_params(state_dict, {"model_type": model_type, "_dir": "mem"},
                                             enc)
     assert missing == [] and unused == []
     assert jax.tree.structure(back) == jax.tree.structure(params)
@@ -224,83 +231,79 @@ def test_torch_shaking_equals_jax_shaking(tmp_path, factors):
         hx.torch_outputs(model, inputs, shake_matrix=torch.zeros(2, 3, 3))
 
 
-# ---- tokenizers ----------------------------------------------------------------------------
-def korean_lines(n: int = 150) -> list[str]:
-    with open(demo_corpus_files()[0], encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()][:n]
+# ---- multi-hot (UKnowBERT, Eq. 3–4) through transformers remote code -------------------------
+def test_exported_multihot_matches_kjax_logits(tmp_path):
+    enc = tiny_multihot(scan=False, shake_factor=(0.3, -0.2))
+    params = random_params(enc, seed=5)
+    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    assert os.path.isfile(tmp_path / "modeling_kjax_multihot.py")   # remote code travels
+    model, info = AutoModelForPreTraining.from_pretrained(tmp_path, trust_remote_code=True,
+                                                          output_loading_info=True)
+    assert type(model).__name__ == "KjaxMultihotForPreTraining"
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    inputs = hx.sample_inputs(enc)   # padding, filler tokens (-1) and an all-zero filler row
+    mask = inputs["attention_mask"]
+    assert mask[1].min() == 0 and mask[2].max() == 0 and inputs["token_position"][1].min() == -1
+    assert inputs["token_inpos"].max() >= enc.max_tokens_per_morpheme   # shares E_inpos[-1]
+    want = hx.jax_outputs(params, enc, inputs)
+    keys = {"mlm_logits", "nsp_logits", "hidden", "pooled"}
+    assert_close(hx.max_abs_diffs(want, hx.torch_outputs(model.eval(), inputs), mask), keys)
+    encoder = AutoModel.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert type(encoder).__name__ == "KjaxMultihotModel"
+    assert_close(hx.max_abs_diffs(want, hx.torch_outputs(encoder, inputs), mask),
+                 {"hidden", "pooled"})
+    # "eager" attention agrees with kjax everywhere, padding and the filler row included.
+    eager = AutoModelForPreTraining.from_pretrained(tmp_path, trust_remote_code=True,
+                                                    attn_implementation="eager").eval()
+    assert_close(hx.max_abs_diffs(want, hx.torch_outputs(eager, inputs), np.ones_like(mask)),
+                 keys)
+    # Eq. 1 over morpheme positions, B [b, s, s].
+    shaker = AutoModelForPreTraining.from_pretrained(
+        tmp_path, trust_remote_code=True, attn_implementation=ATTN_IMPLEMENTATION).eval()
+    rng = np.random.default_rng(6)
+    b = ((rng.random(mask.shape + mask.shape[-1:]) < 0.2) * 1.5).astype(np.float32)
+    shaken = hx.jax_outputs(params, enc, inputs, shake=b)
+    assert hx.max_abs_diffs(want, shaken, mask)["mlm_logits"] > 1e-2
+    assert_close(hx.max_abs_diffs(shaken, hx.torch_outputs(
+        shaker, inputs, shake_matrix=torch.from_numpy(b)), mask), keys)
+    with pytest.raises(ValueError, match="token_position, token_inpos, position_tags"):
+        encoder(input_ids=torch.as_tensor(inputs["input_ids"]))
 
 
-@pytest.fixture(scope="module", params=["unigram", "bpe"])
-def sp_model(request, prepared, tmp_path_factory):
-    if request.param == "unigram":
-        return str(prepared / "tok" / "sp.model")
-    from kjax.tokens.factory import train_tokenizer
-    config = tiny_config(tmp_path_factory.mktemp("bpe"), **{"tokenizer.model_type": "'bpe'"})
-    return train_tokenizer(config)[0]
-
-
-def test_fast_tokenizer_reproduces_kjax_ids(sp_model, tmp_path):
-    tx.export_sentencepiece(sp_model, str(tmp_path), 64)
-    hf = AutoTokenizer.from_pretrained(tmp_path)
-    kjax_tok = SentencePieceTokenizer(sp_model)
-    texts = korean_lines() + HOSTILE + ["서울은 한국의 [MASK]이다.", "가 [SEP] 나"]
-    for text in texts:
-        assert hf(text, add_special_tokens=False)["input_ids"] == \
-            tx.kjax_reference_ids(kjax_tok, text), repr(text)
-    a, b = korean_lines(2)
-    pair = hf(a, b)
-    ids_a, ids_b = (tx.kjax_reference_ids(kjax_tok, t) for t in (a, b))
-    assert pair["input_ids"] == [2, *ids_a, 3, *ids_b, 3]
-    assert pair["token_type_ids"] == [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
-    assert hf.decode(hf(a)["input_ids"], skip_special_tokens=True) == a
-    # The documented divergences (docs/EXPORT.md): a leading special token gets no ▁,
-    # and a literal [PAD] is the pad token.
-    assert hf("[MASK]", add_special_tokens=False)["input_ids"] == [4]
-    assert kjax_tok.encode("[MASK]")["ids"].tolist() == [kjax_tok.token_to_id("▁"), 4]
-    assert hf("[PAD]", add_special_tokens=False)["input_ids"] == [0]
-
-
-def test_unsupported_sentencepiece_model_is_refused(tmp_path):
-    import sentencepiece as spm
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(korean_lines(300)),
-                                   model_prefix=str(tmp_path / "nfkc"), vocab_size=600,
-                                   character_coverage=0.98, hard_vocab_limit=False,
-                                   minloglevel=2)
-    with pytest.raises(KjaxError, match="nmt_nfkc"):
-        tx.build_fast_tokenizer(str(tmp_path / "nfkc.model"))
-
-
-def test_morph_sp_tokenizer_class(tmp_path):
-    from kjax.tokens.factory import train_tokenizer
-    from kjax.tokens.morph_sp import MorphSPTokenizer
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
-    path = train_tokenizer(config)[0]
-    tx.export_tokenizer(config, str(tmp_path / "hf"))
-    hf = tx.KjaxMorphSPTokenizer.from_pretrained(tmp_path / "hf")
-    kjax_tok = MorphSPTokenizer(path)
-    for text in korean_lines(40) + HOSTILE:
-        assert hf(text, add_special_tokens=False)["input_ids"] == \
-            tx.kjax_reference_ids(kjax_tok, text), repr(text)
-    pair = hf("나는 학교에서", "보았다")
-    assert pair["input_ids"][0] == 2 and pair["input_ids"].count(3) == 2
-    assert pair["token_type_ids"][-1] == 1 and pair["token_type_ids"][0] == 0
-    remote = AutoTokenizer.from_pretrained(tmp_path / "hf", trust_remote_code=True)
-    assert remote("나는 학교에서")["input_ids"] == hf("나는 학교에서")["input_ids"]
-
-
-def test_multihot_tokenizer_class(tmp_path):
-    from kjax.tokens.multihot import BASE_TOKENS, MultihotTokenizer, MultihotVocab
-    vocab_file = str(tmp_path / "vocab.multihot.txt")
-    MultihotVocab([*BASE_TOKENS, "나", "##는", "학교", "##에서", "보##", "##었", "##다",
-                   "@😀"]).save(vocab_file)
-    tx.export_kiwi(tx.KjaxMultihotTokenizer, vocab_file, str(tmp_path / "hf"), 64)
-    hf = tx.KjaxMultihotTokenizer.from_pretrained(tmp_path / "hf")
-    kjax_tok = MultihotTokenizer(vocab_file)
-    for text in ["나는 학교에서 보았다", "나는 😀 漢字 Seed 20", *HOSTILE]:
-        assert hf(text, add_special_tokens=False)["input_ids"] == \
-            tx.kjax_reference_ids(kjax_tok, text), repr(text)
-    arrays = hf.encode_arrays("나는 학교에서")
-    assert arrays["morph"].tolist() == [0, 1, 2, 3]
+def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
+    """folder → `kjax import` → `kjax export` (verified) → transformers + tokenizer → kjax."""
+    from kjax.morph.tags import TAGS
+    from kjax.tokens.multihot import BASE_TOKENS, MultihotVocab
+    MultihotVocab([*BASE_TOKENS, "나", "##는", "학교", "##에서", "보##", "##았", "##다",
+                   "@신", "@기", "@루"]).save(str(tmp_path / "mh.multihot.txt"))
+    vocab = len(BASE_TOKENS) + 10
+    overrides = tiny_overrides(str(tmp_path), **{
+        "model.input_mode": "'multihot'", "tokenizer.scheme": "'multihot'",
+        "tokenizer.path": f"'{tmp_path}/mh'", "model.vocab_size": vocab,
+        "model.num_pos_tags": len(TAGS), "model.max_tokens_per_morpheme": 4,
+        "train.mlm_loss": "'eq9'", "data.mask_unit": "'morpheme'"})
+    config = load_config(DEMO_CONFIG, overrides)
+    enc = EncoderConfig.from_config(config.model)
+    params = random_params(enc, seed=9)
+    hx.write_hf_model(params, enc, str(tmp_path / "hf"), with_heads=True)
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "w"),
+                 *overrides]) == 0
+    out = str(tmp_path / "out")
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir",
+                 str(tmp_path / "w"), "--out", out, "--with-pretraining-heads"]) == 0
+    assert "trust_remote_code=True" in open(os.path.join(out, "README.md")).read()
+    back, _ = hx.restore_params(config, str(tmp_path / "w"))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
+                                                    jax.tree.leaves(params)))
+    tokenizer = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
+    model = AutoModelForPreTraining.from_pretrained(out, trust_remote_code=True).eval()
+    batch = tokenizer.multihot_inputs(["나는 학교에서 보았다", "신기루"], ["나는", None])
+    assert batch["input_ids"][0, 0] == 2 and batch["attention_mask"][1].min() == 0
+    assert batch["token_position"][1].min() == -1    # 신기루 = @신 @기 @루 in one position
+    assert batch["token_inpos"][1, 1:4].tolist() == [0, 1, 2]
+    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, batch),
+                                  hx.torch_outputs(model, batch), batch["attention_mask"]),
+                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
 
 
 # ---- the command line: train → export → transformers → import ----------------------------

@@ -4,6 +4,8 @@ no Flax classes and no Flax↔PyTorch converter of its own:
     hf_export         kjax params ⇄ BertForPreTraining weights; `kjax export`
     hf_import         transformers BERT / RoBERTa / ELECTRA folder → kjax checkpoint
     torch_shake       Eq. 1 (SHAKE) as transformers attention "kjax_shake"
+    torch_multihot    Eq. 3–4 multi-hot input generator as transformers models (remote code)
+    multihot_export   what the export of multi-hot (UKnowBERT) models adds
     tokenizer_export  kjax tokenizers as transformers tokenizers
     cli               the `kjax export` and `kjax import` verbs
 

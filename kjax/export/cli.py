@@ -46,7 +46,14 @@ def run_import(args, config) -> int:
 def register(verbs, add_config) -> None:
     ex = verbs.add_parser(
         "export", help="checkpoint → transformers folder (config.json, model.safetensors, "
-        "tokenizer, model card) that AutoModel loads with no custom code")
+        "tokenizer, model card) that AutoModel loads with no custom code",
+        description="Writes a checkpoint of WORKDIR as a transformers 5 folder: config.json, "
+        "model.safetensors, the tokenizer, README.md (model card), kjax_export.json. Pass the "
+        "--config and overrides the run was trained with. One-hot models load with "
+        "AutoModel.from_pretrained(OUT) (no custom code); multi-hot (UKnowBERT) models also get "
+        "modeling_kjax_multihot.py and need trust_remote_code=True. morph-sp/multihot "
+        "tokenizers need kjax installed. The folder is loaded back and compared with kjax "
+        "unless --no-verify. See docs/EXPORT.md.")
     add_config(ex)
     ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
@@ -55,14 +62,21 @@ def register(verbs, add_config) -> None:
                     help="weights dtype in model.safetensors (default float32)")
     ex.add_argument("--with-pretraining-heads", action="store_true",
                     help="also write the MLM and NSP heads (BertForPreTraining); default: "
-                    "encoder + pooler (BertModel)")
+                    "encoder + pooler (BertModel). Knowledge heads are never written")
     ex.add_argument("--no-verify", action="store_true",
                     help="skip loading the folder back with transformers and comparing logits")
     ex.set_defaults(handler=run_export)
 
     im = verbs.add_parser(
         "import", help="local transformers BERT/RoBERTa/ELECTRA folder → kjax checkpoint "
-        "(W/checkpoints/0) + config file")
+        "(W/checkpoints/0) + config file",
+        description="Converts a local transformers folder (BERT, RoBERTa, ELECTRA "
+        "discriminator, or a kjax multi-hot export) into OUT/checkpoints/0 plus a kjax config "
+        "file, for `kjax train`/`kjax finetune` to start from. Nothing is downloaded; weights "
+        "are read from safetensors or with torch.load(weights_only=True). --config is the "
+        "base for everything the folder does not say (data, training, tokenizer path). Heads "
+        "the folder lacks are freshly initialised and listed in OUT/import.json. See "
+        "docs/EXPORT.md.")
     add_config(im, required=False)
     im.add_argument("--hf", required=True, help="folder with config.json + weights "
                     "(nothing is downloaded)")

@@ -12,6 +12,9 @@ is bit-exact in fp32.
     mlp_in/kernel [H, I]                   …intermediate.dense.weight [I, H]
     */layer_norm/{scale,bias}              *.LayerNorm.{weight,bias}
     mlm_bias [V]                           cls.predictions.bias (decoder tied)
+
+Multi-hot models (input_mode='multihot') add E_inpos/E_postag and load through
+remote code: multihot_export.py.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import os
 import numpy as np
 
 from kjax.errors import KjaxError
+from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
 
 # (transformers suffix, kjax path inside the module that owns it, conversion kind)
@@ -114,7 +118,8 @@ def params_to_state_dict(params: dict, enc: EncoderConfig, with_heads: bool,
         for key, value in module_to_torch(module, kind, enc).items():
             out[f"{name}.{key}"] = value
 
-    for name, path, kind in EMBEDDINGS + POOLER:
+    extra = mx.MULTIHOT_EMBEDDINGS if mx.is_multihot(enc) else ()
+    for name, path, kind in EMBEDDINGS + extra + POOLER:
         put(f"{prefix}.{name}", _get(params, path), kind)
     for i in range(enc.num_layers):
         layer = layer_params(params, enc, i)
@@ -136,10 +141,11 @@ def stack_layers(per_layer: list[dict], scan_layers: bool) -> dict:
 
 
 def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
-    """A transformers BertConfig equal to `enc`; the Eq. 1 factors ride along
-    as `kjax_shake_factor` (used by attn_implementation="kjax_shake")."""
+    """A transformers BertConfig equal to `enc` (KjaxMultihotConfig for multi-hot
+    models); the Eq. 1 factors ride along as `kjax_shake_factor` (used by
+    attn_implementation="kjax_shake")."""
     from transformers import BertConfig
-    return BertConfig(
+    kwargs = dict(
         vocab_size=enc.vocab_size, hidden_size=enc.hidden_size,
         num_hidden_layers=enc.num_layers, num_attention_heads=enc.num_heads,
         intermediate_size=enc.intermediate_size, hidden_act="gelu",  # exact erf GELU
@@ -150,19 +156,28 @@ def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
         layer_norm_eps=enc.layer_norm_eps, pad_token_id=0, tie_word_embeddings=True,
         architectures=[architecture], dtype=dtype,
         kjax_shake_factor=list(enc.shake_factor) or [0.0] * enc.num_layers)
+    return mx.multihot_config(kwargs, enc) if mx.is_multihot(enc) else BertConfig(**kwargs)
+
+
+def architecture(enc: EncoderConfig, with_heads: bool) -> str:
+    if mx.is_multihot(enc):
+        return mx.architecture(with_heads)
+    return "BertForPreTraining" if with_heads else "BertModel"
 
 
 def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool = False,
                    dtype: str = "float32") -> list[str]:
     """Writes config.json + model.safetensors that transformers loads with no
-    custom code. Without heads the architecture is BertModel."""
+    custom code (multi-hot: with its remote code). Without heads the
+    architecture is BertModel."""
     import torch
     from safetensors.torch import save_file
     if dtype not in ("float32", "bfloat16"):
         raise KjaxError(f"--dtype {dtype!r}: choose float32 or bfloat16")
     os.makedirs(out_dir, exist_ok=True)
-    arch = "BertForPreTraining" if with_heads else "BertModel"
-    bert_config(enc, arch, dtype).save_pretrained(out_dir)
+    bert_config(enc, architecture(enc, with_heads), dtype).save_pretrained(out_dir)
+    if mx.is_multihot(enc):
+        mx.write_remote_code(out_dir)
     torch_dtype = getattr(torch, dtype)
     tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(torch_dtype)
                for k, v in params_to_state_dict(params, enc, with_heads).items()}
@@ -189,7 +204,15 @@ def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict,
             raise KjaxError(f"no checkpoint for step {step} in {directory}; available: {steps}")
         tx = make_optimizer(t)
         target, _ = abstract_state(config, make_mesh(config), make_model(config, True), tx)
-        state, _ = checkpoints.restore(step, target)
+        try:
+            state, _ = checkpoints.restore(step, target)
+        except KjaxError as e:   # almost always the wrong config, not a broken checkpoint
+            saved = os.path.join(workdir, "kjax_config.py")
+            hint = f" (`kjax import` wrote it to {saved})" if os.path.isfile(saved) else ""
+            raise KjaxError(f"checkpoint {directory}/{step} does not fit this config: pass the "
+                            f"--config and --config.* overrides the run was trained with{hint} "
+                            f"(model sizes, model.input_mode, knowledge weights). Detail: "
+                            f"{str(e).split('restored ', 1)[-1].split(';')[0][:160]}") from None
     finally:
         checkpoints.close()
     return jax.tree.map(np.asarray, jax.device_get(state["params"])), step
@@ -198,13 +221,16 @@ def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict,
 def jax_outputs(params: dict, enc: EncoderConfig, inputs: dict, shake=None) -> dict:
     """kjax BertForPreTraining outputs (MLM logits at every position) as numpy."""
     import dataclasses
+    import jax
     import jax.numpy as jnp
     from kjax.model.encoder import BertForPreTraining
     model = BertForPreTraining(dataclasses.replace(enc, dtype="float32"))
-    out = model.apply({"params": params}, jnp.asarray(inputs["input_ids"]),
+    multihot = mx.jax_multihot(inputs) if mx.is_multihot(enc) else None
+    # One compiled program: op-by-op dispatch recompiles every op for each new shape.
+    out = jax.jit(model.apply)({"params": params}, jnp.asarray(inputs["input_ids"]),
                       jnp.asarray(inputs["token_type_ids"]), jnp.asarray(inputs["attention_mask"]),
                       position_ids=inputs.get("position_ids"),
-                      shake=None if shake is None else jnp.asarray(shake))
+                      shake=None if shake is None else jnp.asarray(shake), multihot=multihot)
     return {k: np.asarray(out[k]) for k in ("mlm_logits", "nsp_logits", "hidden", "pooled")}
 
 
@@ -227,7 +253,10 @@ def torch_outputs(model, inputs: dict, **kwargs) -> dict:
 
 def sample_inputs(enc: EncoderConfig, batch: int = 2, length: int | None = None,
                   seed: int = 0) -> dict:
-    """Random ids with a [CLS] A [SEP] B [SEP] layout and right padding in row 1."""
+    """Random ids with a [CLS] A [SEP] B [SEP] layout and right padding in row 1
+    (multi-hot models: multihot_export.sample_multihot_inputs)."""
+    if mx.is_multihot(enc):
+        return mx.sample_multihot_inputs(enc, length or 16, seed)
     rng = np.random.default_rng(seed)
     length = min(length or 16, enc.max_position_embeddings)
     ids = rng.integers(5, enc.vocab_size, (batch, length))
@@ -242,13 +271,15 @@ def sample_inputs(enc: EncoderConfig, batch: int = 2, length: int | None = None,
 
 
 def max_abs_diffs(a: dict, b: dict, attention_mask) -> dict[str, float]:
-    """Max |a - b| per shared output; per-token outputs only at real tokens."""
+    """Max |a - b| per shared output; per-token outputs only at real tokens,
+    per-example outputs only in rows with one. (transformers' sdpa attention
+    differs from kjax on all-padding rows; "eager" agrees there too.)"""
     keep = np.asarray(attention_mask, bool)
+    real = keep.any(-1)   # a filler row (no real token) has no defined output
     diffs = {}
     for key in sorted(set(a) & set(b)):
         x, y = np.asarray(a[key], np.float64), np.asarray(b[key], np.float64)
-        if x.ndim == 3:
-            x, y = x[keep], y[keep]
+        x, y = (x[keep], y[keep]) if x.ndim == 3 else (x[real], y[real])
         diffs[key] = float(np.max(np.abs(x - y)))
     return diffs
 
@@ -264,7 +295,8 @@ def verify_export(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bo
         params = jax.tree.map(lambda x: np.asarray(torch.from_numpy(np.array(x, np.float32))
                                                    .bfloat16().float()), params)
     loader = AutoModelForPreTraining if with_heads else AutoModel
-    model = loader.from_pretrained(out_dir, dtype=torch.float32).eval()
+    model = loader.from_pretrained(out_dir, dtype=torch.float32,   # our own remote code
+                                   trust_remote_code=mx.is_multihot(enc)).eval()
     inputs = sample_inputs(enc)
     diffs = max_abs_diffs(jax_outputs(params, enc, inputs), torch_outputs(model, inputs),
                           inputs["attention_mask"])
@@ -282,8 +314,8 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     from kjax.export.tokenizer_export import export_tokenizer
     enc = EncoderConfig.from_config(config.model)
     params, step = restore_params(config, workdir, step)
+    tokenizer = export_tokenizer(config, out_dir)   # first: a missing one fails before weights
     keys = write_hf_model(params, enc, out_dir, with_heads, dtype)
-    tokenizer = export_tokenizer(config, out_dir)
     diffs = verify_export(params, enc, out_dir, with_heads, dtype) if verify else None
     write_model_card(config, workdir, out_dir, step, with_heads, dtype, tokenizer)
     with open(os.path.join(out_dir, "kjax_export.json"), "w", encoding="utf-8") as f:
@@ -291,7 +323,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
                    "with_pretraining_heads": with_heads, "tokenizer": tokenizer,
                    "verified_max_abs_diff": diffs}, f, ensure_ascii=False, indent=1)
     return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
-            "architecture": "BertForPreTraining" if with_heads else "BertModel",
+            "architecture": architecture(enc, with_heads),
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}
 
 
@@ -310,15 +342,20 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: 
                      dtype: str, tokenizer: dict) -> str:
     """README.md: what was trained, on what, for how long, and how it ended."""
     m, d, t = config.model, config.data, config.train
+    enc = EncoderConfig.from_config(m)
+    remote = ", trust_remote_code=True" if mx.is_multihot(enc) else ""
     lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
              "---", f"# {config.name} (kjax export, step {step})", "",
              f"A BERT encoder pretrained with kjax (MLM + NSP), exported at step {step} of "
-             f"{t.num_steps} as {'BertForPreTraining' if with_heads else 'BertModel'} ({dtype}).",
+             f"{t.num_steps} as {architecture(enc, with_heads)} ({dtype}).",
              "", "## Model",
              f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
              f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
              f"{m.max_position_embeddings}; post-LN, exact GELU. SHAKE boost factor "
-             f"{m.shake_factor_per_layer or m.shake_factor}.", "",
+             f"{m.shake_factor_per_layer or m.shake_factor}." + (
+                 " Multi-hot input generator (UKnowBERT, METHODS Eq. 3–4): one position per "
+                 "morpheme, in modeling_kjax_multihot.py; knowledge heads are not exported."
+                 if remote else ""), "",
              "## Training",
              f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
              f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
@@ -334,7 +371,9 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: 
                     lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
         lines.append("")
     lines += ["## Use", "```python", "from transformers import AutoModel",
-              f"model = AutoModel.from_pretrained({out_dir!r})", tokenizer["usage"], "```", "",
+              f"model = AutoModel.from_pretrained({out_dir!r}{remote})", tokenizer["usage"],
+              *(["batch = tokenizer.multihot_inputs([\"나는 학교에서\"], return_tensors=\"pt\")",
+                 "out = model(**batch)"] if remote else []), "```", "",
               "Attention-logit shaking (METHODS Eq. 1): `import kjax.export.torch_shake`, load with "
               "`attn_implementation=\"kjax_shake\"` and pass `shake_matrix=B` to `forward`.", "",
               "## Training config", "```", config.to_json_best_effort(indent=1)

@@ -12,6 +12,10 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
   those position padding_idx.
 - ELECTRA discriminator: the encoder only (its replaced-token head is not a
   kjax head); embedding_size must equal hidden_size (kjax has no projection).
+- kjax multi-hot (model_type "kjax_multihot", written by `kjax export`): BERT
+  plus E_inpos/E_postag; the config becomes input_mode='multihot', and a
+  one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
+  loss and morpheme masking, which a multi-hot model needs.
 
 Heads the source lacks (pooler, MLM transform/bias, NSP) are initialised as
 kjax initialises them (train.seed) and listed in `W/import.json`.
@@ -26,6 +30,7 @@ import pprint
 import numpy as np
 
 from kjax.errors import KjaxError
+from kjax.export import multihot_export as mx
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
                                    _set, module_from_torch, stack_layers)
 from kjax.model.config import EncoderConfig
@@ -38,6 +43,7 @@ ARCHITECTURES = {
     "bert": {"prefix": "bert", "heads": BERT_HEADS, "mlm_bias": BERT_MLM_BIAS},
     "roberta": {"prefix": "roberta", "heads": ROBERTA_HEADS, "mlm_bias": "lm_head.bias"},
     "electra": {"prefix": "electra", "heads": (), "mlm_bias": None},
+    mx.MODEL_TYPE: {"prefix": "bert", "heads": BERT_HEADS, "mlm_bias": BERT_MLM_BIAS},
 }
 
 
@@ -102,7 +108,10 @@ def encoder_config(hf: dict, scan_layers: bool) -> EncoderConfig:
         attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
         layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
         initializer_range=hf.get("initializer_range", 0.02),
-        dtype="float32", scan_layers=scan_layers)
+        dtype="float32", scan_layers=scan_layers,
+        **(dict(input_mode="multihot", num_pos_tags=hf["num_pos_tags"],
+                max_tokens_per_morpheme=hf["max_tokens_per_morpheme"])
+           if hf["model_type"] == mx.MODEL_TYPE else {}))
 
 
 def position_offset(hf: dict) -> int:
@@ -135,7 +144,8 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
         return module_from_torch(found, kind, enc)
 
     params: dict = {}
-    for name, path, kind in EMBEDDINGS:
+    extra = mx.MULTIHOT_EMBEDDINGS if mx.is_multihot(enc) else ()
+    for name, path, kind in EMBEDDINGS + extra:
         _set(params, path, take(f"{prefix}.{name}", kind))
     table = params["embeddings"]["position_embeddings"]["embedding"]
     offset = position_offset(hf)
@@ -190,10 +200,18 @@ def kjax_config(base, enc: EncoderConfig, name: str):
     m = config.model
     for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                 "max_position_embeddings", "type_vocab_size", "dropout_rate",
-                "attention_dropout_rate", "layer_norm_eps", "initializer_range", "scan_layers"):
+                "attention_dropout_rate", "layer_norm_eps", "initializer_range", "scan_layers",
+                "input_mode", "num_pos_tags", "max_tokens_per_morpheme"):
         m[key] = getattr(enc, key)
+    if mx.is_multihot(enc):   # what validate() requires of a multi-hot model
+        config.tokenizer.scheme = "multihot"
+        if config.train.mlm_loss == "ce":
+            config.train.mlm_loss = "eq9"
+        if config.data.mask_unit == "token":
+            config.data.mask_unit = "morpheme"
     config.name = name
-    config.tokenizer.vocab_size = enc.vocab_size
+    if not mx.is_multihot(enc):   # multihot: tokenizer.vocab_size is the BPE size (§2.1)
+        config.tokenizer.vocab_size = enc.vocab_size
     config.data.max_seq_len = min(config.data.max_seq_len, enc.max_position_embeddings)
     return config
 
@@ -249,6 +267,7 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     rng = np.random.default_rng(config.train.seed)
     params = {k: found[k] if k in found else fresh_module(k, shape, enc.initializer_range, rng)
               for k, shape in target["params"].items()}
+    missing += [k for k in target["params"] if k not in found and k not in missing]
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state
     state = {"step": np.zeros((), np.int32), "params": params,

@@ -260,6 +260,44 @@ class KjaxMultihotTokenizer(_KiwiTokenizer):
         from kjax.tokens.multihot import MultihotTokenizer
         return MultihotTokenizer(vocab_file)
 
+    def multihot_inputs(self, text, text_pair=None, max_length: int | None = None,
+                        return_tensors: str | None = None) -> dict:
+        """Inputs of the exported multi-hot model (torch_multihot.py) for a text or
+        a batch, built by kjax's own batch code (`assemble`, `to_multihot`):
+        `input_ids` the flat token stream, `token_position`/`token_inpos` per token,
+        `position_tags`/`token_type_ids`/`attention_mask` per morpheme position;
+        both axes padded to the longest example (or `max_length`)."""
+        import numpy as np
+        from kjax.batches.multihot import to_multihot
+        from kjax.examples.pairs import assemble
+        from kjax.tokens.sentencepiece import TOKEN_ARRAYS
+        texts = [text] if isinstance(text, str) else list(text)
+        pairs = [text_pair] if isinstance(text_pair, str) else \
+            list(text_pair or [None] * len(texts))
+        encode = lambda t: self.kjax.encode(unicodedata.normalize("NFC", t))  # noqa: E731
+        empty = {k: np.zeros(0, np.int32) for k in TOKEN_ARRAYS}
+        examples = []
+        for a, b in zip(texts, pairs, strict=True):
+            ex = assemble(encode(a), empty if b is None else encode(b), 0, (0, 0))
+            if b is None:   # [CLS] A [SEP]: assemble always closes a B
+                ex = {k: v[:-1] if v.ndim else v for k, v in ex.items()}
+            examples.append(ex)
+        longest = max(len(ex["input_ids"]) for ex in examples)
+        length = max_length or longest
+        if longest > length:
+            raise KjaxError(f"an example has {longest} tokens but max_length={length}; "
+                            f"shorten the text or raise max_length")
+        rows = [to_multihot(ex, ex["input_ids"], np.zeros(0, np.int64), length, 1, 1)
+                for ex in examples]
+        keys = {"input_ids": "token_ids", "token_position": "token_position",
+                "token_inpos": "token_inpos", "position_tags": "position_tags",
+                "token_type_ids": "token_type_ids", "attention_mask": "attention_mask"}
+        out = {k: np.stack([r[v] for r in rows]).astype(np.int64) for k, v in keys.items()}
+        if return_tensors == "pt":
+            import torch
+            return {k: torch.from_numpy(v) for k, v in out.items()}
+        return out
+
 
 def export_kiwi(cls, vocab_file: str, out_dir: str, model_max_length: int):
     """Saves the tokenizer class's files, plus a one-line module and auto_map so
