@@ -25,14 +25,32 @@ import numpy as np
 
 from kjax.tokens.sentencepiece import WORD_START
 
-def char_preserving_nfc(text: str) -> str:
-    """NFC per character, so offsets still hold; a character whose NFC form is
-    longer (rare compatibility cases) is kept as it is."""
-    out = []
-    for c in text:
-        n = unicodedata.normalize("NFC", c)
-        out.append(n if len(n) == 1 else c)
-    return "".join(out)
+def nfc_with_offsets(text: str) -> tuple[str, list[int], list[int]]:
+    """(NFC of `text`, start and end in `text` of each NFC character).
+
+    KLUE tags the characters as given, but the vocabulary knows composed
+    syllables: NFD jamo (ᄒ ᅡ ᆫ) must reach the tokenizer as 한, and its spans
+    must come back to the three source characters. A span [s, e) of the NFC
+    text covers [starts[s], ends[e - 1]) of `text`; starts has one extra entry
+    (len(text)) for empty spans at the end."""
+    if unicodedata.is_normalized("NFC", text):
+        return text, list(range(len(text) + 1)), list(range(1, len(text) + 1))
+    out, starts, ends, i = [], [], [], 0
+    while i < len(text):
+        j = i + 1   # grow the cluster while it composes into one character
+        while j < len(text) and len(unicodedata.normalize("NFC", text[i:j + 1])) == 1:
+            j += 1
+        piece = unicodedata.normalize("NFC", text[i:j])
+        out.append(piece)
+        starts += [i] * len(piece)
+        ends += [j] * len(piece)
+        i = j
+    return "".join(out), starts + [len(text)], ends
+
+
+def map_spans(spans, starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """Spans of nfc_with_offsets' NFC text → spans of the source text."""
+    return [(starts[s], ends[e - 1]) if e > s else (starts[s], starts[s]) for s, e in spans]
 
 
 def token_char_spans(tokenizer, text: str) -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:

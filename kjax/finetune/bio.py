@@ -15,8 +15,9 @@ morphemes make two tokens share a character). The mapping:
   only when they sit between two characters of the same entity, else O.
 
 Entity boundaries that fall on token boundaries survive the round trip
-exactly; one that cuts a token is widened to the token (measured by
-`round_trip_f1`, the ceiling a tokenizer imposes on NER).
+exactly; one that cuts a token is widened to the token. Scoring
+`round_trip` output against the gold tags gives the ceiling a tokenizer
+imposes on NER.
 """
 from __future__ import annotations
 

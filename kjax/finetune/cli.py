@@ -28,8 +28,9 @@ def parse_seeds(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: give integers, e.g. 1,2,3") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct integers, e.g. 1,2,3")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct integers >= 0, "
+                                         f"e.g. 1,2,3")
     return seeds
 
 
@@ -55,6 +56,8 @@ def register(verbs, add_config) -> None:
                    "checkpoints (a killed run resumes from here)")
     p.add_argument("--seeds", type=parse_seeds, default=None, metavar="1,2,3",
                    help="one run per seed; reports mean ± std")
+    p.add_argument("--stop-at", type=int, default=None, metavar="STEP",
+                   help="checkpoint each run at this step and stop (run again to resume)")
     p.add_argument("--sweep", action="store_true", help="fine-tune bf in "
                    "finetune.shake.sweep_train × inference bf in sweep_infer (the four SHAKE "
                    "combinations by default)")
@@ -76,10 +79,14 @@ def handle(args, config) -> int:
                    if k.startswith(_DEST) and v is not None]
     ft = load_finetune_config(args.config, assignments)
     summary = run_experiment(config, ft, args.task, args.train, args.dev, args.test,
-                             args.init, args.out, args.seeds, args.sweep, args.format)
+                             args.init, args.out, args.seeds, args.sweep, args.format,
+                             stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
                                               "sweep")}, ensure_ascii=False))
     print(summary["table"])
+    if summary["unfinished"]:
+        print(f"stopped at step {args.stop_at}: {', '.join(summary['unfinished'])}; "
+              f"run the same command again to resume")
     print(f"results in {os.path.abspath(args.out)} (summary.json, metrics.json, predictions, "
           f"learning_curve.png)")
     return 0

@@ -3,7 +3,7 @@
 The model, tokenizer and mesh come from the pretraining config (`--config`);
 fine-tuning settings live in their own section, set three ways (later wins):
 the defaults below, a `get_finetune_config()` function in the `--config` file
-(see tpu_configs/finetune_klue.py), and `--config.finetune.KEY=VALUE` flags.
+(see docs/FINETUNE.md), and `--config.finetune.KEY=VALUE` flags.
 """
 from __future__ import annotations
 
@@ -105,6 +105,11 @@ def validate_finetune(f: ConfigDict, config, task: str) -> None:
                         f"(train, dev, test) positive fractions summing to 1")
     if f.shake.variant not in SHAKE_VARIANTS:
         raise KjaxError(f"finetune.shake.variant={f.shake.variant!r}; choose pos or random")
+    for key in ("sweep_train", "sweep_infer"):
+        values = f.shake[key]
+        if not isinstance(values, (tuple, list)) or not values or len(set(values)) != len(values):
+            raise KjaxError(f"finetune.shake.{key}={values!r}: give distinct numbers, e.g. "
+                            f"--config.finetune.shake.{key}='(-0.3,0.3)'")
     if not 0 < f.shake.p <= 1:
         raise KjaxError(f"finetune.shake.p={f.shake.p} must be in (0, 1]")
     if f.select_metric and task and f.select_metric not in TASK_METRICS[task]:

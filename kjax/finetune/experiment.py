@@ -19,6 +19,7 @@ from kjax.config import ConfigDict
 from kjax.errors import KjaxError
 from kjax.finetune.config import validate_finetune
 from kjax.finetune.features import Encoder
+from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
@@ -69,15 +70,18 @@ def combinations(ft, sweep: bool) -> tuple[list[float], list[float]]:
     return [float(s.bf_train)], [float(s.bf_infer)]
 
 
-def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
-                   test: str | None = None, init: str | None = None, out: str = "runs/ft",
-                   seeds: list[int] | None = None, sweep: bool = False, fmt: str = "auto",
-                   progress: bool = True, tokenizer=None) -> dict:
+def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
+               test: str | None = None, init: str | None = None, sweep: bool = False,
+               fmt: str = "auto", tokenizer=None) -> FineTuner:
+    """Checks the settings, reads and tokenizes the data once, builds the mesh:
+    the FineTuner every run of the experiment shares."""
     validate_finetune(ft, config, task)
     if config.model.get("input_mode", "onehot") != "onehot":
         raise KjaxError(f"model.input_mode={config.model.input_mode!r}: fine-tuning supports "
                         f"one token per position (onehot) only so far; fine-tune a onehot model")
-    seeds = seeds or [ft.seed]
+    # The data first: a wrong file should cost a one-line error, not a mesh and a model.
+    splits = load_splits(task, train, dev, test, fmt, ft)
+    names = label_names(task, list(splits.values()))
     trains, infers = combinations(ft, sweep)
     shaking = any(b != 0 for b in trains + infers)
     tokenizer = tokenizer or load_tokenizer(config)
@@ -88,27 +92,44 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
     if (ft.eval_batch_size or ft.batch_size) % shards:
         raise KjaxError(f"finetune.eval_batch_size={ft.eval_batch_size} is not divisible by "
                         f"the {shards} batch shards (mesh data×fsdp)")
-    splits = load_splits(task, train, dev, test, fmt, ft)
-    names = label_names(task, list(splits.values()))
+    # Plain sentencepiece knows no POS: line its tokens up with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
     encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
     features = {k: encoder.encode(v) for k, v in splits.items()}
     data = TaskData(task, names, splits, features)
-    init = None if (init or "").lower() in ("", "none", "random") else init
+    init = None if (init or "").lower() in NO_INIT else init
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft))
-    runs = []
+    tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
+    return tuner
+
+
+def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
+                   test: str | None = None, init: str | None = None, out: str = "runs/ft",
+                   seeds: list[int] | None = None, sweep: bool = False, fmt: str = "auto",
+                   progress: bool = True, tokenizer=None, stop_at: int | None = None) -> dict:
+    """Fine-tunes and evaluates every (fine-tune bf, seed); `stop_at` checkpoints
+    each run at that step and leaves it unfinished (run again to resume)."""
+    tuner = make_tuner(config, ft, task, train, dev, test, init, sweep, fmt, tokenizer)
+    seeds = seeds or [ft.seed]
+    trains, infers = combinations(ft, sweep)
+    runs, unfinished = [], []
     for bf_train in trains:
         for seed in seeds:
             parts = ([f"ft{bf_key(bf_train)}"] if sweep else []) + \
                 ([f"seed{seed}"] if len(seeds) > 1 else [])
             run_dir = os.path.join(out, *parts)
-            runs.append(run_one(tuner, seed, bf_train, infers, run_dir, progress))
-    runs = [r for r in runs if "results" in r]
+            result = run_one(tuner, seed, bf_train, infers, run_dir, progress, stop_at)
+            if "results" in result:
+                runs.append(result)
+            else:
+                unfinished.append(run_dir)
+    data = tuner.data
     summary = summarize(runs, tuner.metric)
-    summary.update(task=task, init=init or "random", seeds=seeds, sweep=sweep,
-                   labels=names, examples={k: len(v) for k, v in splits.items()},
-                   pos_tokens_aligned=features["train"].aligned_tokens if pos_from_kiwi else None)
+    summary.update(task=task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
+                   unfinished=unfinished, labels=data.label_names,
+                   examples={k: len(v) for k, v in data.examples.items()},
+                   pos_tokens_aligned=tuner.pos_tokens_aligned)
     if jax.process_index() == 0:
         write_json(os.path.join(out, "summary.json"), summary)
         with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:

@@ -18,7 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from kjax.errors import KjaxError
-from kjax.finetune.alignment import align_morphemes, char_preserving_nfc, token_char_spans
+from kjax.finetune.alignment import (align_morphemes, map_spans, nfc_with_offsets,
+                                     token_char_spans)
 from kjax.finetune.bio import char_to_token_tags, tags_to_spans
 from kjax.finetune.tasks import Example
 from kjax.tokens.sentencepiece import CLS, SEP
@@ -95,13 +96,14 @@ class Encoder:
         labels = (np.full((n, s), -1, np.int32) if self.task == "ner" else
                   np.zeros(n, np.float32 if self.task == "regress" else np.int32))
         lengths, texts, all_spans, truncated = np.zeros(n, np.int32), [], [], 0
-        # NER keeps offsets: NFC character by character.
-        nfc = char_preserving_nfc if self.task == "ner" else (
-            lambda t: unicodedata.normalize("NFC", t))
         for row, ex in enumerate(examples):
-            text_a = nfc(ex.text_a)
+            # The model reads NFC; NER's spans are mapped back to the characters as given.
+            text_a, starts, ends = nfc_with_offsets(ex.text_a)
             a, spans = self._tokenize(text_a)
-            b = self._tokenize(nfc(ex.text_b))[0] if ex.text_b is not None else None
+            if spans is not None:
+                spans = map_spans(spans, starts, ends)
+            b = (self._tokenize(unicodedata.normalize("NFC", ex.text_b))[0]
+                 if ex.text_b is not None else None)
             n_a, n_b = len(a["ids"]), len(b["ids"]) if b is not None else 0
             keep_a, keep_b = _truncate_pair(n_a, n_b, s - (3 if b is not None else 2))
             truncated += (keep_a, keep_b) != (n_a, n_b)
@@ -126,9 +128,9 @@ class Encoder:
                 units[k][row, :length] = unit_rows[k]
             if self.task == "ner":
                 spans = spans[:keep_a]
-                token_tags = char_to_token_tags(text_a, tags_to_spans(ex.char_tags), spans)
+                token_tags = char_to_token_tags(ex.text_a, tags_to_spans(ex.char_tags), spans)
                 labels[row, 1:1 + keep_a] = [self._label(t, ex) for t in token_tags]
-                texts.append(text_a)
+                texts.append(ex.text_a)
                 all_spans.append(spans)
             elif self.task == "regress":
                 labels[row] = float(ex.label)

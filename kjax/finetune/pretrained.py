@@ -51,6 +51,10 @@ def restore_pretrained_params(config, mesh, path: str, template) -> dict:
     ckpt = Checkpointer(directory, 1, 1, read_only=True)
     try:
         state, _ = ckpt.restore(step, target)
+    except KjaxError as e:   # its advice (delete the checkpoint) is wrong for an --init
+        raise KjaxError(f"--init {directory}/{step} does not fit --config: "
+                        f"{str(e).split('; ')[0]}; pass the --config and --config.model.* "
+                        f"overrides it was pretrained with") from None
     finally:
         ckpt.close()
     params = state["params"]

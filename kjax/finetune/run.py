@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from kjax.checkpoint.manager import Checkpointer
+from kjax.errors import KjaxError
 from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
 from kjax.finetune.trainer import FineTuner, bf_key, on_mesh, write_json
@@ -35,20 +36,28 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                         ft.checkpoint_every or tuner.eval_every, ft.keep_checkpoints)
     latest = ckpt.latest_step()
     keys = [bf_key(bf) for bf in bf_infers]
+    settings = run_settings(tuner, seed, bf_train, bf_infers)
     with on_mesh(tuner.mesh):
         if latest is None:
             state = tuner.init_state(seed)
             # The best params per inference bf ride along in the checkpoint.
             state["best"] = {k: tuner.copy_params(state["params"]) for k in keys}
-            progress_state = {"best": {}, "bad_evals": 0, "stopped": False}
+            progress_state = {"best": {}, "bad_evals": 0, "stopped": False,
+                              "settings": settings}
         else:
             target = {**tuner.abstract_state(),
                       "best": {k: tuner.abstract_state()["params"] for k in keys}}
             state, progress_state = ckpt.restore(latest, target)
+            try:
+                _check_settings(out_dir, progress_state.get("settings", settings), settings)
+            except KjaxError:
+                ckpt.close()
+                raise
         start = int(jax.device_get(state["step"]))
         writer = MetricWriter(out_dir, enabled=primary)
         train_step = tuner.train_step(bf_train)
-        bar = tqdm(total=tuner.total_steps, initial=start, desc=f"finetune {os.path.basename(out_dir)}",
+        bar = tqdm(total=tuner.total_steps, initial=start,
+                   desc=f"finetune {os.path.basename(out_dir)}",
                    disable=not (progress and primary))
         began, step = time.perf_counter(), start
         done = progress_state["stopped"] or start >= tuner.total_steps
@@ -70,7 +79,8 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                 if ft.patience and progress_state["bad_evals"] >= ft.patience:
                     progress_state["stopped"] = True
             stop = progress_state["stopped"] or step == stop_at
-            if evaluate or stop or ckpt.should_save(step) or step == tuner.total_steps:
+            # Evaluations replay exactly on resume, so a checkpoint need not follow each one.
+            if stop or ckpt.should_save(step) or step == tuner.total_steps:
                 ckpt.save(step, state, progress_state, force=True)
             if stop:
                 break
@@ -84,11 +94,32 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                                    progress_state)
     writer.close()
     result.update(steps=int(jax.device_get(state["step"])), total_steps=tuner.total_steps,
-                  train_seconds=train_seconds)
+                  resumed_from_step=latest, train_seconds=train_seconds)
     if primary:
         write_json(os.path.join(out_dir, "metrics.json"), result)
         result["learning_curve"] = plot_learning_curve(out_dir, tuner.metric)
     return result
+
+
+def run_settings(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]) -> dict:
+    """What a resumed run must share with the one that wrote the checkpoint
+    (JSON-normalised, as it comes back from the checkpoint)."""
+    ft = tuner.ft
+    settings = {"task": tuner.task, "seed": seed, "bf_train": float(bf_train),
+                "bf_infer": [float(b) for b in bf_infers], "labels": tuner.data.label_names,
+                "train_examples": len(tuner.data.features["train"]),
+                **{k: ft[k] for k in ("epochs", "batch_size", "learning_rate", "warmup_ratio",
+                                      "weight_decay", "max_seq_len", "eval_every")},
+                "shake": {k: ft.shake[k] for k in ("variant", "boost_prem", "p", "seed")}}
+    return json.loads(json.dumps(settings))
+
+
+def _check_settings(out_dir: str, saved: dict, now: dict) -> None:
+    diffs = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(set(saved) | set(now))
+             if saved.get(k) != now.get(k)]
+    if diffs:
+        raise KjaxError(f"{out_dir} holds a run with other settings ({'; '.join(diffs)[:300]}); "
+                        f"rerun with the original settings to resume it, or pass another --out")
 
 
 def _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer) -> bool:

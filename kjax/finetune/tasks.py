@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -54,6 +55,9 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
     if not os.path.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
     fmt = detect_format(path, task) if fmt == "auto" else fmt
+    if fmt == "klue-ner" and task != "ner":
+        raise KjaxError(f"{path}: the KLUE-NER format holds character tags; use --task ner "
+                        f"(or --format tsv for text<TAB>label rows)")
     if fmt == "klue-ner":
         examples = list(_read_klue_ner(path))
     elif fmt == "tsv":
@@ -73,7 +77,9 @@ def detect_format(path: str, task: str) -> str:
         return "jsonl"
     if lower.endswith(".json"):
         return "json"
-    return "klue-ner" if task == "ner" else "tsv"
+    with open(path, encoding="utf-8") as f:
+        klue_ner = f.readline().startswith("## ")        # KLUE-NER's comment header
+    return "klue-ner" if task == "ner" or klue_ner else "tsv"
 
 
 def _records(path: str, fmt: str) -> Iterator[tuple[dict, str]]:
@@ -83,14 +89,41 @@ def _records(path: str, fmt: str) -> Iterator[tuple[dict, str]]:
                 if line.strip():
                     yield _parse_json(line, f"{path}:{n}"), f"{path}:{n}"
             return
-        data = _parse_json(f.read(), path)
+        text = f.read()
+    data = _parse_json(text, path)
+    lines = _item_lines(text) if isinstance(data, list) else None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
         raise KjaxError(f"{path}: expected a JSON list of examples (KLUE style), got "
                         f"{type(data).__name__}; use --format jsonl for one object per line")
     for i, rec in enumerate(data):
-        yield rec, f"{path} item {i}"
+        yield rec, (f"{path}:{lines[i]}" if lines else f"{path} item {i}")
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _item_lines(text: str) -> list[int] | None:
+    """The line on which each item of a top-level JSON list starts, so that
+    errors in a KLUE file name file:line; None if the scan goes astray."""
+    decoder, lines = json.JSONDecoder(), []
+    pos = _SPACE.match(text).end() + 1                  # past "["
+    line, counted = 1, 0
+    try:
+        while True:
+            pos = _SPACE.match(text, pos).end()
+            if pos >= len(text) or text[pos] == "]":
+                return lines
+            line += text.count("\n", counted, pos)
+            counted = pos
+            lines.append(line)
+            _, pos = decoder.raw_decode(text, pos)
+            pos = _SPACE.match(text, pos).end()
+            if pos < len(text) and text[pos] == ",":
+                pos += 1
+    except (json.JSONDecodeError, IndexError):
+        return None
 
 
 def _parse_json(text: str, where: str):
@@ -166,8 +199,10 @@ def _read_klue_ner(path: str) -> Iterator[Example]:
         for n, line in block:
             if line.startswith("## "):
                 if "\t" in line:
-                    guid = line[3:].split("\t", 1)[0]
+                    guid, start_line = line[3:].split("\t", 1)[0], n
                 continue
+            if not chars and guid is None:
+                start_line = n
             char, sep, tag = line.rpartition("\t")
             if not sep or len(char) != 1:
                 raise KjaxError(f"{path}:{n}: expected one character, a tab and a BIO tag "
@@ -248,8 +283,12 @@ def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
         return [OUTSIDE] + [f"{p}-{k}" for k in kinds for p in "BI"]
     train, *others = splits
     names = sorted({ex.label for ex in train})
-    if set(names) == set(NLI_LABELS):
-        names = list(NLI_LABELS)
+    if len(set(names) & set(NLI_LABELS)) >= 2:       # NLI data: a stray label is a typo
+        stray = [ex for ex in train if ex.label not in NLI_LABELS]
+        if stray:
+            raise KjaxError(f"{stray[0].where}: label {stray[0].label!r} is not an NLI label "
+                            f"({', '.join(NLI_LABELS)}); fix the label or drop the example")
+        names = [n for n in NLI_LABELS if n in names]
     known = set(names)
     for part in others:
         for ex in part:

@@ -79,6 +79,7 @@ class FineTuner:
         self.init = init
         self._models, self._train_steps, self._eval_steps = {}, {}, {}
         self._pretrained = None
+        self.pos_tokens_aligned = None   # set by make_tuner when POS comes from Kiwi
         self.shardings = self._state_shardings()
 
     # --- models, state, compiled steps ------------------------------------------------
