@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo test test-fast clean
+.PHONY: venv demo demo-uknowbert test test-fast clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,13 @@ $(DEV): $(STAMP)
 venv: $(DEV)
 
 # A real small pretraining on CPU on the embedded Korean corpus (see README).
+# `make demo DEMO_ARGS=--uknowbert`: UKnowBERT-S (tiny) with all five objectives.
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(VENV)/bin/kjax demo --workdir runs/demo
+	$(VENV)/bin/kjax demo --workdir runs/demo $(DEMO_ARGS)
+
+demo-uknowbert: $(STAMP)
+	$(VENV)/bin/kjax demo --workdir runs/demo_uknowbert --uknowbert
 
 test: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --durations=10

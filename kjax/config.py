@@ -247,12 +247,21 @@ def validate(c: ConfigDict) -> None:
     if d.max_seq_len > m.max_position_embeddings:
         raise KjaxError(f"data.max_seq_len={d.max_seq_len} exceeds "
                         f"model.max_position_embeddings={m.max_position_embeddings}")
-    if m.input_mode not in ("onehot", "multihot"):
-        raise KjaxError(f"model.input_mode={m.input_mode!r}; choose onehot or multihot")
+    if m.input_mode not in ("onehot", "multihot", "merged"):
+        raise KjaxError(f"model.input_mode={m.input_mode!r}; choose onehot, multihot or merged")
+    if m.input_mode == "merged":  # SHAKE §1.5 variant 6: merges need the POS pairs of morph-sp
+        if c.tokenizer.scheme != "morph-sp":
+            raise KjaxError(f"model.input_mode='merged' (substantive + postposition as one "
+                            f"position) needs tokenizer.scheme='morph-sp', not "
+                            f"{c.tokenizer.scheme!r}")
+        if k.position_variant != "none":
+            raise KjaxError("model.input_mode='merged' and shake.position_variant both move "
+                            "postpositions; use one of them")
     if m.input_mode == "multihot" and c.tokenizer.scheme != "multihot":
         raise KjaxError(f"model.input_mode='multihot' needs tokenizer.scheme='multihot' "
                         f"(got {c.tokenizer.scheme!r}): positions are its morphemes")
-    allowed = ("eq9", "bce", "summed_ce") if m.input_mode == "multihot" else ("ce",)
+    # A merged position has several target tokens, like a multi-hot morpheme.
+    allowed = ("eq9", "bce", "summed_ce") if m.input_mode != "onehot" else ("ce",)
     if r.mlm_loss not in allowed:
         raise KjaxError(f"train.mlm_loss={r.mlm_loss!r} with model.input_mode={m.input_mode!r};"
                         f" choose one of {allowed}")

@@ -98,7 +98,13 @@ def token_section(text, config, tokenizer, encoded) -> dict:
     return {"name": "tokens", "rows": rows, "note": note}
 
 
-SECTIONS = [morpheme_section, token_section]
+def _feature_sections():
+    from kjax.knowledge.inspect import knowledge_section
+    from kjax.shake.inspect import shaking_section
+    return [shaking_section, knowledge_section]
+
+
+SECTIONS = [morpheme_section, token_section, *_feature_sections()]
 
 
 def inspect_text(text: str, config, tokenizer=None) -> dict:
@@ -132,7 +138,8 @@ def format_inspection(result: dict) -> str:
 
 def register(verbs, add_config) -> None:
     p = verbs.add_parser("inspect", help="morphemes, tokens and per-token arrays of one text "
-                         "under the configured tokenizer")
+                         "under the configured tokenizer, its shaking pairs and (multihot) "
+                         "knowledge targets")
     p.add_argument("text", help='the text, e.g. "나는 너를 학교에서 보았다"')
     add_config(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -33,3 +33,38 @@ def uknow_config(name: str, size: str, multihot: bool, objectives: tuple[str, ..
                        sense_weight=1.0 if "sense" in objectives else 0.0,
                        verb_weight=1.0 if "verb" in objectives else 0.0)
     return c
+
+
+# METHODS §1.5: the six RoBERTa-small pretraining variants of SHAKE.
+SHAKE_VARIANTS = {
+    "baseline": {},
+    "pos_plus": {"model.shake_factor": 0.3, "shake.variant": "pos"},
+    "pos_minus": {"model.shake_factor": -0.3, "shake.variant": "pos"},
+    "random": {"model.shake_factor": 0.2, "shake.variant": "random", "shake.p": 0.08},
+    "shared_position": {"shake.position_variant": "shared_position"},
+    "merged": {"model.input_mode": "merged", "train.mlm_loss": "eq9"},
+}
+
+
+def shake_config(variant: str) -> ConfigDict:
+    """RoBERTa-small as SHAKE pretrains it (6 layers, 12 heads, 768 hidden, no
+    NSP, dynamic masking) on a morph-sp vocabulary (every variant but the
+    random one needs POS tags; all six share it so they stay comparable)."""
+    name = f"shake_{variant}"
+    c = ConfigDict()
+    c.name = name
+    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=6, num_heads=12,
+                   intermediate_size=3072, max_position_embeddings=512, layer_norm_eps=1e-5)
+    c.tokenizer = dict(scheme="morph-sp", vocab_size=32000,
+                       path="runs/shake_data/tokenizer/sp")   # one vocabulary for all six
+    c.data = dict(dir="runs/shake_data/examples", max_seq_len=512, max_predictions_per_seq=80,
+                  masking="dynamic", nsp_prob=0.0, mask_unit="morpheme")
+    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=6e-4, warmup_steps=24_000,
+                   nsp_weight=0.0, b2=0.98)
+    c.shake = ConfigDict()
+    for key, value in SHAKE_VARIANTS[variant].items():
+        section, leaf = key.split(".")
+        if section not in c:
+            c[section] = ConfigDict()
+        c[section][leaf] = value
+    return c

@@ -28,7 +28,7 @@ def mask_example(example: dict, config, rng: np.random.Generator) -> dict:
     """Adds masks to an example: input_ids masked, mlm_positions (token
     positions) and mlm_ids (their original ids). Specials are never masked."""
     d, key = config.data, unit_key(config)
-    multihot = config.model.input_mode == "multihot"
+    multihot = config.model.input_mode in ("multihot", "merged")  # predictions = positions
     masked, positions, targets = choose_masks(
         example["input_ids"], example[key] if key else None, example["word_ids"] >= 0, rng,
         d.masked_lm_prob, d.max_predictions_per_seq, config.model.vocab_size,

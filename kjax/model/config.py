@@ -20,7 +20,7 @@ class EncoderConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
-    input_mode: str = "onehot"        # or "multihot" (METHODS §2.3, Eq. 3–4)
+    input_mode: str = "onehot"        # or "multihot" (METHODS §2.3, Eq. 3–4), "merged" (§1.5 v6)
     num_pos_tags: int = 64
     max_tokens_per_morpheme: int = 16
     # Knowledge heads (METHODS §2.5), pretraining only.

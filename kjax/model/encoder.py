@@ -61,16 +61,20 @@ class Embeddings(nn.Module):
             tokens = self.morpheme_vectors(multihot, token_type_ids.shape[-1])
         x = tokens + self.position_embeddings(position_ids) + \
             self.token_type_embeddings(token_type_ids)
-        if multihot is not None:
+        if multihot is not None and self.config.input_mode == "multihot":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
         return self.dropout(self.layer_norm(x), deterministic=self.deterministic), x
 
     def morpheme_vectors(self, multihot, num_positions):
         """T_k = Σ_i E_tok[t_i] ⊙ E_inpos[i] over the tokens of morpheme k (Eq. 3),
-        a segment sum per example over the flat token stream."""
+        a segment sum per example over the flat token stream. SHAKE's merged
+        variant (§1.5, 6) is the same sum without E_inpos: a substantive and its
+        postposition become one position whose embedding is the sum of theirs."""
         cfg = self.config
-        inpos = jnp.minimum(multihot["token_inpos"], cfg.max_tokens_per_morpheme - 1)
-        vectors = self.word_embeddings(multihot["token_ids"]) * self.inpos_embeddings(inpos)
+        vectors = self.word_embeddings(multihot["token_ids"])
+        if cfg.input_mode == "multihot":
+            inpos = jnp.minimum(multihot["token_inpos"], cfg.max_tokens_per_morpheme - 1)
+            vectors = vectors * self.inpos_embeddings(inpos)
         owner = multihot["token_position"]
         vectors = jnp.where((owner >= 0)[..., None], vectors, 0)
         segment_sum = lambda v, o: jax.ops.segment_sum(  # noqa: E731

@@ -49,7 +49,7 @@ def dummy_inputs(config, batch_size: int = 1):
     s, p = config.data.max_seq_len, config.data.max_predictions_per_seq
     ids = jnp.zeros((batch_size, s), jnp.int32)
     kwargs = {}
-    if config.model.input_mode == "multihot":
+    if config.model.input_mode in ("multihot", "merged"):
         kwargs["multihot"] = {"token_ids": ids, "token_position": ids, "token_inpos": ids,
                               "position_tags": ids}
     g = config.knowledge

@@ -1,0 +1,17 @@
+r"""SHAKE RoBERTa-small, substantive + postposition as one position, embedding = sum of the two (variant 6) — METHODS §1.5.
+
+    kjax tokenizer train --config tpu_configs/shake_merged.py --config.data.corpus='corpus/*.txt'
+    kjax prepare --config tpu_configs/shake_merged.py --config.data.corpus='corpus/*.txt' --workers 8
+    kjax train   --config tpu_configs/shake_merged.py --workdir gs://BUCKET/shake_merged
+
+The six shake_*.py files share one morph-sp vocabulary and one example set
+(runs/shake_data): train the tokenizer and prepare once, then pretrain each.
+Expected (what the thesis reported): no gain reported over the POS-pair models;
+kept as the thesis's ablation. MLM loss is Eq. 7-9 because a merged position has
+several target tokens.
+"""
+from kjax.presets import shake_config
+
+
+def get_config():
+    return shake_config("merged")

@@ -1,0 +1,18 @@
+r"""SHAKE RoBERTa-small, POS pairs, bf = +0.3 (variant 2) — METHODS §1.5.
+
+    kjax tokenizer train --config tpu_configs/shake_pos_plus.py --config.data.corpus='corpus/*.txt'
+    kjax prepare --config tpu_configs/shake_pos_plus.py --config.data.corpus='corpus/*.txt' --workers 8
+    kjax train   --config tpu_configs/shake_pos_plus.py --workdir gs://BUCKET/shake_pos_plus
+
+The six shake_*.py files share one morph-sp vocabulary and one example set
+(runs/shake_data): train the tokenizer and prepare once, then pretrain each.
+Expected (what the thesis reported): among the lowest evaluation MLM loss (Fig.
+2); the best downstream model: gains on most KLUE/NIKL tasks except BoolQ, most
+on CoPA, even fine-tuned without shaking; the gain grows with pretraining length
+(Fig. 4).
+"""
+from kjax.presets import shake_config
+
+
+def get_config():
+    return shake_config("pos_plus")
