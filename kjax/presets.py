@@ -68,3 +68,26 @@ def shake_config(variant: str) -> ConfigDict:
             c[section] = ConfigDict()
         c[section][leaf] = value
     return c
+
+
+MAX_PREDICTIONS = {128: 20, 512: 80}  # BERT's settings per sequence length
+
+
+def slice_config(slice_name: str, devices: int, batch_size: int, num_steps: int,
+                 learning_rate: float, seq_len: int = 512) -> ConfigDict:
+    """BERT-base on one TPU slice (tpu_configs/v*.py): bf16 compute, fp32
+    params, data parallel over every device, gs:// placeholders for the data."""
+    c = ConfigDict()
+    c.name = f"bert_base_{slice_name.replace('-', '_')}"
+    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+                   intermediate_size=3072, max_position_embeddings=512,
+                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
+    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
+    examples = "examples" if seq_len == 512 else f"examples{seq_len}"
+    c.data = dict(dir=f"gs://YOUR_BUCKET/{examples}", max_seq_len=seq_len,
+                  max_predictions_per_seq=MAX_PREDICTIONS[seq_len])
+    c.train = dict(batch_size=batch_size, num_steps=num_steps, learning_rate=learning_rate,
+                   warmup_steps=10_000, log_every=100, eval_every=5000,
+                   checkpoint_every=2000, keep_checkpoints=3)
+    c.mesh = dict(data=devices, fsdp=1, tensor=1)
+    return c

@@ -17,22 +17,11 @@ attention counted); the slice's datasheet bf16 peak is 16 chips × 123 =
 250k steps. Each host prepares ~650 examples/s; watch `data_wait_fraction`.
 A checkpoint every 2000 steps (~7 min) bounds the work a preemption loses.
 """
-from kjax.config import ConfigDict
+from kjax.presets import slice_config
 
 SLICE = "v3-32"  # accelerator type: 32 devices (tests/test_tpu_configs.py checks the mesh)
 
 
 def get_config():
-    c = ConfigDict()
-    c.name = "bert_base_v3_32"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
-                   intermediate_size=3072, max_position_embeddings=512,
-                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
-    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
-    c.data = dict(dir="gs://YOUR_BUCKET/examples", max_seq_len=512,
-                  max_predictions_per_seq=80)
-    c.train = dict(batch_size=512, num_steps=250_000, learning_rate=2e-4,
-                   warmup_steps=10_000, log_every=100, eval_every=5000,
-                   checkpoint_every=2000, keep_checkpoints=3)
-    c.mesh = dict(data=32, fsdp=1, tensor=1)
-    return c
+    return slice_config("v3-32", devices=32, batch_size=512, num_steps=250_000,
+                        learning_rate=2e-4)

@@ -16,22 +16,10 @@ matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~650 examples/s, ~330k
 tokens/s, ~0.2 s per step (30–50 % MFU: 0.16–0.26 s), ~2.3 days per 1M
 steps. A checkpoint every 2000 steps (~7 min).
 """
-from kjax.config import ConfigDict
+from kjax.presets import slice_config
 
 SLICE = "v3-8"  # accelerator type: 8 devices (tests/test_tpu_configs.py checks the mesh)
 
 
 def get_config():
-    c = ConfigDict()
-    c.name = "bert_base_v3_8"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
-                   intermediate_size=3072, max_position_embeddings=512,
-                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
-    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
-    c.data = dict(dir="gs://YOUR_BUCKET/examples", max_seq_len=512,
-                  max_predictions_per_seq=80)
-    c.train = dict(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
-                   warmup_steps=10_000, log_every=100, eval_every=5000,
-                   checkpoint_every=2000, keep_checkpoints=3)
-    c.mesh = dict(data=8, fsdp=1, tensor=1)
-    return c
+    return slice_config("v3-8", devices=8, batch_size=128, num_steps=1_000_000, learning_rate=1e-4)

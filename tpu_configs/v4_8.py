@@ -16,22 +16,10 @@ matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1450 examples/s, ~750k
 tokens/s, ~0.18 s per step (30–50 % MFU: 0.14–0.23 s), ~25 h for the 500k
 steps. A checkpoint every 2000 steps (~6 min).
 """
-from kjax.config import ConfigDict
+from kjax.presets import slice_config
 
 SLICE = "v4-8"  # accelerator type: 4 devices (tests/test_tpu_configs.py checks the mesh)
 
 
 def get_config():
-    c = ConfigDict()
-    c.name = "bert_base_v4_8"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
-                   intermediate_size=3072, max_position_embeddings=512,
-                   dtype="bfloat16", param_dtype="float32", remat_policy="none")
-    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
-    c.data = dict(dir="gs://YOUR_BUCKET/examples", max_seq_len=512,
-                  max_predictions_per_seq=80)
-    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=1.4e-4,
-                   warmup_steps=10_000, log_every=100, eval_every=5000,
-                   checkpoint_every=2000, keep_checkpoints=3)
-    c.mesh = dict(data=4, fsdp=1, tensor=1)
-    return c
+    return slice_config("v4-8", devices=4, batch_size=256, num_steps=500_000, learning_rate=1.4e-4)
