@@ -1,0 +1,107 @@
+"""Largest batch per device that fits a memory budget, per remat policy, and
+what SHAKE's Eq. 1 adds, from XLA's buffer assignment (nothing is run).
+
+    python benchmarks/memory.py                           # BERT-base, seq 512, 16 GiB
+    python benchmarks/memory.py --budget-gib 80 --policies none,dots_saveable
+    python benchmarks/memory.py --shape uknow_small --seq 256 --no-shake
+
+For each policy the train step (fwd + bwd + AdamW, state donated) is lowered
+against abstract inputs and compiled at two batch sizes; peak bytes =
+arguments + un-aliased outputs + temporaries (`compiled.memory_analysis()`),
+which is linear in the batch: fixed (params, Adam moments, gradients) + a
+per-example share (saved activations and the step's transients). The
+largest batch under the budget is solved from that line (with --check,
+confirmed by a third compile, stepping down if it does not fit). With
+shaking on (bf = 1, B in the batch as bf16 [seq, seq]:
+2 bytes per (q, k) per example), the same fit gives its per-example cost.
+
+Caveat: the figures are XLA:CPU's buffer assignment; XLA:GPU/TPU fuse and
+schedule differently (and the CPU backend may keep bf16 elementwise work in
+fp32), so treat the absolute numbers as indicative and the differences
+between policies as the reading.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import _common
+
+GIB = 1 << 30
+
+
+def measure(shape, seq, dtype, policy, shake, batch) -> dict:
+    extra = [f"--config.model.remat_policy={policy}"]
+    if shake:
+        extra += ["--config.model.shake_factor=1.0", "--config.shake.variant=random"]
+    config = _common.preset_config(shape, seq, batch, dtype, extra)
+    return {batch: _common.peak_bytes(_common.lower_train_step(config).compile())}
+
+
+def fit(shape, seq, dtype, policy, shake, batches):
+    out = {}
+    for b in batches:
+        out.update(measure(shape, seq, dtype, policy, shake, b))
+    (b1, m1), (b2, m2) = sorted(out.items())[:2]
+    per = (m2 - m1) / (b2 - b1)
+    return m1 - per * b1, per, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="bert_base", choices=sorted(_common.SHAPES))
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--budget-gib", type=float, default=16.0, help="memory per device")
+    ap.add_argument("--policies", default="none,full,dots_with_no_batch_dims_saveable")
+    ap.add_argument("--shake-policies", default="none",
+                    help="policies to repeat with shaking on")
+    ap.add_argument("--no-shake", action="store_true")
+    ap.add_argument("--fit-batches", default="2,4")
+    ap.add_argument("--check", action="store_true",
+                    help="compile once more at the solved batch to confirm it fits")
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args()
+    budget = args.budget_gib * GIB
+    batches = [int(x) for x in args.fit_batches.split(",")]
+    load_before = _common.load_average()
+    rows = []
+    runs = [(p, False) for p in args.policies.split(",")]
+    if not args.no_shake:
+        runs += [(p, True) for p in args.shake_policies.split(",")]
+    for policy, shake in runs:
+        start = time.perf_counter()
+        fixed, per, seen = fit(args.shape, args.seq, args.dtype, policy, shake, batches)
+        best = int((budget - fixed) // per)
+        checked = None
+        if args.check and not shake and best > 0:  # one compile at the solved batch
+            checked = measure(args.shape, args.seq, args.dtype, policy, shake, best)
+            while best > 0 and checked[best] > budget:  # (not linear after all) step down
+                best -= 1
+                checked.update(measure(args.shape, args.seq, args.dtype, policy, shake, best))
+        rows.append((policy, shake, fixed, per, best, checked, time.perf_counter() - start))
+        print(f"{policy} shake={shake}: fixed {fixed / GIB:.2f} GiB, {per / 2**20:.0f} MiB/example,"
+              f" max batch {best}", flush=True)
+    lines = [f"| remat policy | shaking | fixed GiB | MiB per example | max batch ≤ "
+             f"{args.budget_gib:g} GiB | checked: peak GiB at that batch |",
+             "|---|---|---|---|---|---|"]
+    plain = {p: per for p, s, _, per, *_ in rows if not s}
+    for policy, shake, fixed, per, best, checked, _ in rows:
+        check = f"{checked[best] / GIB:.2f}" if checked else "—"
+        extra = ""
+        if shake and policy in plain:
+            extra = f" (+{(per - plain[policy]) / 2**20:.0f} MiB vs off)"
+        lines.append(f"| {policy} | {'on' if shake else 'off'} | {fixed / GIB:.2f} | "
+                     f"{per / 2**20:.0f}{extra} | {best} | {check} |")
+    b_bytes = args.seq * args.seq * 2
+    notes = (f"{args.shape}, seq {args.seq}, {args.dtype} compute, fp32 params + AdamW; per-device"
+             f" peak from XLA:CPU memory_analysis, linear fit over batches {batches}. B itself is "
+             f"{b_bytes / 2**20:.2f} MiB per example (bf16 [seq, seq]); the rest of shaking's "
+             f"per-example cost is what the backward keeps for Eq. 1. Load average before/after: "
+             f"{load_before} / {_common.load_average()}.")
+    _common.record("memory", "\n".join(lines), notes, args.no_record)
+
+
+if __name__ == "__main__":
+    main()

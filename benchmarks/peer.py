@@ -1,0 +1,164 @@
+"""kjax vs the peer a JAX user would otherwise pick: HF transformers 4.57
+`FlaxBertForPreTraining` (the last transformers with Flax), same pretraining
+step, run alternately in one invocation; prints tokens/s of each and the
+ratio kjax/peer.
+
+    python benchmarks/peer.py                         # UKNOW-small, seq 128, batch 32
+    python benchmarks/peer.py --shape bert_base --batch 8
+    python benchmarks/peer.py --shape bert_base --seq 512 --batch 8 --dtype bfloat16
+
+Identical on both sides: layers/hidden/heads/FFN, vocabulary 32000, seq,
+batch, 15% MLM predictions, dropout 0.1, compute dtype (fp32 parameters),
+the optax chain (global-norm clip 1.0 + AdamW, decay on kernels and
+embeddings, warmup + linear decay), a jitted step that donates its state.
+What differs is the model code: kjax gathers the masked positions before the
+vocabulary projection and scans over layers; the peer computes MLM logits at
+every position, as HF's model does.
+
+The peer runs in its own virtual environment (default runs/peer_venv, made
+on first use with `pip install transformers==4.57.* jax==<this jax> flax
+optax`) as a subprocess (benchmarks/_peer_worker.py) that answers "run N
+steps" with its seconds per step as JSON, so each round times kjax then the
+peer under the same machine load. Reported: the median over rounds and the
+range of per-round ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import _common
+
+ROOT = _common.ROOT
+
+
+def ensure_venv(path: str, jax_version: str) -> str:
+    python = os.path.join(path, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.run(["python3", "-m", "venv", path], check=True)
+    probe = subprocess.run([python, "-c", "import transformers, flax, optax"],
+                           capture_output=True)
+    if probe.returncode:
+        print(f"installing the peer into {path} ...", file=sys.stderr, flush=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", "transformers==4.57.*",
+                        f"jax=={jax_version}", "flax", "optax"], check=True)
+    return python
+
+
+class Peer:
+    def __init__(self, python: str, spec: dict):
+        self.proc = subprocess.Popen(
+            [python, os.path.join(ROOT, "benchmarks", "_peer_worker.py"), json.dumps(spec)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the peer worker exited (rc {self.proc.wait()}); see stderr")
+        return json.loads(line)
+
+    def run(self, steps: int) -> float:
+        self.proc.stdin.write(f"{steps}\n")
+        self.proc.stdin.flush()
+        return self._read()["step_s"]
+
+    def close(self):
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=60)
+
+
+class Kjax:
+    def __init__(self, config):
+        import jax
+        import numpy as np
+        from kjax.parallel.mesh import make_mesh, put_batch
+        from kjax.train.state import init_state, make_model, make_optimizer
+        from kjax.train.step import make_train_step
+        self.jax = jax
+        mesh = make_mesh(config)
+        model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
+        self.state, shardings = init_state(config, mesh, model, tx)
+        self.step = make_train_step(config, mesh, model, tx, shardings)
+        self.batch = put_batch(_common.synthetic_batch(config, np.random.default_rng(0)), mesh)
+        start = time.perf_counter()
+        self.state, m = self.step(self.state, self.batch)
+        jax.block_until_ready((self.state, m))
+        self.ready = {"ready": time.perf_counter() - start, "loss": float(m["loss"])}
+
+    def run(self, steps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.state, m = self.step(self.state, self.batch)
+        self.jax.block_until_ready((self.state, m))
+        return (time.perf_counter() - start) / steps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="uknow_small", choices=sorted(_common.SHAPES))
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--dtype", default="float32",
+                    help="compute dtype on both sides (float32 default: CPUs lack bf16 matmul)")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=3, help="steps per side per round")
+    ap.add_argument("--venv", default=os.path.join(ROOT, "runs", "peer_venv"))
+    ap.add_argument("--no-record", action="store_true")
+    args = ap.parse_args()
+
+    import jax
+    config = _common.preset_config(args.shape, args.seq, args.batch, args.dtype)
+    m, o = config.model, config.train
+    spec = {**{k: m[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                                 "intermediate_size", "max_position_embeddings",
+                                 "dropout_rate", "attention_dropout_rate")},
+            "batch": args.batch, "seq": args.seq, "dtype": m.dtype,
+            "predictions": config.data.max_predictions_per_seq,
+            "optimizer": {"lr": o.learning_rate, "warmup": o.warmup_steps, "steps": o.num_steps,
+                          "clip": o.grad_clip_norm, "b1": o.b1, "b2": o.b2, "eps": o.eps,
+                          "weight_decay": o.weight_decay}}
+    python = ensure_venv(args.venv, jax.__version__)
+    load_before = _common.load_average()
+    mine = Kjax(config)          # compile both before timing anything
+    peer = Peer(python, spec)
+    times = {"kjax": [], "peer": []}
+    for r in range(args.rounds):
+        times["kjax"].append(mine.run(args.steps))
+        times["peer"].append(peer.run(args.steps))
+        print(f"round {r}: kjax {1000 * times['kjax'][-1]:.0f} ms, "
+              f"peer {1000 * times['peer'][-1]:.0f} ms", file=sys.stderr, flush=True)
+    peer.close()
+    tokens = args.batch * args.seq
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratios = [p / k for k, p in zip(times["kjax"], times["peer"])]
+    v = peer.ready["versions"]
+    table = "\n".join([
+        "| side | versions | shape | dtype | seq | batch | compile s | step ms (median) "
+        "| tokens/s | first loss |", "|---|---|---|---|---|---|---|---|---|---|",
+        f"| kjax | jax {jax.__version__} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
+        f"| {mine.ready['ready']:.1f} | {1000 * med['kjax']:.0f} | {tokens / med['kjax']:.0f} "
+        f"| {mine.ready['loss']:.3f} |",
+        f"| HF FlaxBertForPreTraining | transformers {v['transformers']}, jax {v['jax']}, "
+        f"flax {v['flax']} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
+        f"| {peer.ready['ready']:.1f} | {1000 * med['peer']:.0f} | {tokens / med['peer']:.0f} "
+        f"| {peer.ready['loss']:.3f} |"])
+    target = 1.5 if args.shape == "uknow_small" else 1.2
+    ratio = med["peer"] / med["kjax"]
+    notes = (f"kjax/peer tokens/s = **{ratio:.2f}×** (per-round {min(ratios):.2f}–"
+             f"{max(ratios):.2f}×, {args.rounds} rounds × {args.steps} steps each side, "
+             f"alternating); target ≥ {target}×: {'holds' if ratio >= target else 'MISSED'}. "
+             f"Load average before/after: {load_before} / {_common.load_average()}.")
+    _common.record("peer", table, notes, args.no_record)
+
+
+if __name__ == "__main__":
+    main()
