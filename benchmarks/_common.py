@@ -67,8 +67,8 @@ def synthetic_batch(config, rng: np.random.Generator) -> dict:
         shake = np.zeros((b, s, s), np.float32)
         q = rng.integers(0, s, (b, s // 8))
         shake[np.arange(b)[:, None], q, rng.integers(0, s, q.shape)] = 1.0
-        import ml_dtypes
-        out["shake"] = shake.astype(ml_dtypes.bfloat16)
+        from kjax.shake.matrix import B_DTYPE
+        out["shake"] = shake.astype(B_DTYPE)
     if knowledge_enabled(config):
         n, k = g.max_hypernym, g.max_hypernyms_per_noun
         pos = lambda: np.sort(rng.choice(s, (b, n)), -1).astype(np.int32)  # noqa: E731

@@ -12,8 +12,8 @@ which is linear in the batch: fixed (params, Adam moments, gradients) + a
 per-example share (saved activations and the step's transients). The
 largest batch under the budget is solved from that line (with --check,
 confirmed by a third compile, stepping down if it does not fit). With
-shaking on (bf = 1, B in the batch as bf16 [seq, seq]:
-2 bytes per (q, k) per example), the same fit gives its per-example cost.
+shaking on (bf = 1, B in the batch as float8 [seq, seq]:
+1 byte per (q, k) per example), the same fit gives its per-example cost.
 
 Caveat: the figures are XLA:CPU's buffer assignment; XLA:GPU/TPU fuse and
 schedule differently (and the CPU backend may keep bf16 elementwise work in

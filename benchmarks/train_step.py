@@ -11,7 +11,7 @@ docs/PERFORMANCE.md (pass --no-record to skip).
     python benchmarks/train_step.py --preset bert_base --batch 4 --dtype float32 \
         --compare unrolled:--config.model.scan_layers=False
 
-Variants: --shake on adds B to the batch (bf16 [seq, seq] per example, a
+Variants: --shake on adds B to the batch (float8 [seq, seq] per example, a
 few boosted pairs per row) with bf = 1 in every layer; --knowledge on
 switches to multi-hot input (the heads need morpheme positions) with the
 hypernym, sense and verb heads and their losses; --knowledge both compares

@@ -237,6 +237,8 @@ def validate(c: ConfigDict) -> None:
     if k.position_variant not in ("none", "shared_position"):
         raise KjaxError(f"shake.position_variant={k.position_variant!r}; choose none or "
                         f"shared_position")
+    from kjax.shake.matrix import check_weights
+    check_weights(k)
     needs_pos = k.variant == "pos" or k.position_variant != "none"
     if needs_pos and c.tokenizer.scheme == "sentencepiece":
         raise KjaxError("shake.variant='pos' and shake.position_variant need POS tags: set "

@@ -98,7 +98,7 @@ def test_pos_pairs_of_the_methods_example(analyzer):
     no_group3 = build_shake_matrix(ex, 32, shake_cfg(group3=False, tag_weights={"JKB": 0.5}))
     pairs = {(forms[q], forms[k]): float(no_group3[q, k]) for q, k in zip(*np.nonzero(no_group3))}
     assert ("새", "책") not in pairs and pairs[("에서", "학교")] == 0.5
-    assert b.dtype == np.float32 and build_shake_matrix(ex, 32, shake_cfg()).dtype.itemsize == 2
+    assert b.dtype == np.float32 and build_shake_matrix(ex, 32, shake_cfg()).dtype.itemsize == 1
 
 
 def test_shared_position_variant(analyzer):
@@ -146,3 +146,17 @@ def test_shaking_pretraining_end_to_end(tmp_path):
     train(config, str(tmp_path / "run"), progress=False)
     rows = [r for r in read_metrics(str(tmp_path / "run")) if r["split"] == "train"]
     assert rows[-1]["step"] == 8 and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"]
+
+
+def test_b_weights_float8_cannot_hold_are_refused(tmp_path):
+    """B is one byte per (q, k): 1.5 and 2 are exact, 0.3 would silently become
+    0.3125, so the config is refused with the nearest usable values."""
+    from conftest import tiny_config
+    from kjax.config import apply_override, validate
+    from kjax.errors import KjaxError
+    from kjax.shake.matrix import check_weights
+    check_weights(shake_cfg(boost_prem=1.5, tag_weights={"JKB": 0.375}))
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
+    apply_override(config, "--config.shake.boost_prem=0.3")
+    with pytest.raises(KjaxError, match=r"0\.3.*0\.28125 or 0\.3125"):
+        validate(config)

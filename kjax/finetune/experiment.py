@@ -57,10 +57,13 @@ def shake_settings(config, ft) -> ConfigDict:
     """What build_shake_matrix reads: variant, boost_prem and p from
     finetune.shake; group3 and per-tag weights from the model's `shake`
     section. bf is not in B: it is the model's."""
+    from kjax.shake.matrix import check_weights
     s, base = ft.shake, config.get("shake", ConfigDict())
-    return ConfigDict({"variant": s.variant, "boost_prem": s.boost_prem, "p": s.p,
-                       "seed": s.seed, "group3": base.get("group3", True),
-                       "tag_weights": dict(base.get("tag_weights", {}))})
+    out = ConfigDict({"variant": s.variant, "boost_prem": s.boost_prem, "p": s.p,
+                      "seed": s.seed, "group3": base.get("group3", True),
+                      "tag_weights": dict(base.get("tag_weights", {}))})
+    check_weights(out)  # B is float8: a weight it would round is an error, not a surprise
+    return out
 
 
 def combinations(ft, sweep: bool) -> tuple[list[float], list[float]]:

@@ -175,7 +175,7 @@ def shake_matrices(feats: Features, rows: np.ndarray, shake_cfg, seed_parts: Seq
                    **{k: feats.units[k][row, :n] for k in UNIT_KEYS}}
         rng = np.random.default_rng([*seed_parts, int(row)])
         b = build(encoded, seq, shake_cfg, rng=rng)
-        if out is None:   # the builder's dtype (bfloat16 in kjax.shake: half the bytes)
+        if out is None:   # the builder's dtype (float8 e4m3 in kjax.shake: one byte per pair)
             out = np.zeros((len(rows), seq, seq), b.dtype)
         out[i] = b
     return out if out is not None else np.zeros((len(rows), seq, seq), np.float32)

@@ -19,9 +19,11 @@ pair gets the weight; `shake.tag_weights` overrides any tag's weight.
 Random variant: each non-special position is a query with probability p and
 boosts its score to one other non-special position chosen uniformly.
 
-B is stored as bfloat16 ([seq, seq]; exact for weights like 0.5, 1, 1.5, 2):
-half the bytes of float32, any weight a user may want, and the model casts
-it to the logits' dtype.
+B is stored as float8 e4m3 ([seq, seq], one byte per query-key pair: a
+quarter of float32, METHODS' weights 1 and boost_prem values such as 1.5 or
+2 exactly); the model casts it to the logits' dtype. A weight float8 cannot
+hold exactly (0.3 would become 0.3125) is refused by `check_weights` when the
+config is validated, with the nearest values that work.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ GROUP1 = ("JKS", "JKO", "JX")
 GROUP2 = ("JKC", "JKG", "JKB", "JKV", "JKQ", "JC")
 GROUP3 = ("XPN", "MM", "MMA", "MMD", "MMN")
 SKIPPABLE = ("XSN",) + GROUP1 + GROUP2   # between a postposition and its substantive
-B_DTYPE = ml_dtypes.bfloat16
+B_DTYPE = ml_dtypes.float8_e4m3fn
 
 
 def tag_weights(shake_cfg) -> dict[str, float]:
@@ -44,6 +46,21 @@ def tag_weights(shake_cfg) -> dict[str, float]:
         weights.update({t: 1.0 for t in GROUP3})
     weights.update({t: float(w) for t, w in dict(shake_cfg.tag_weights).items()})
     return weights
+
+
+def check_weights(shake_cfg) -> None:
+    """Every configured weight must survive B's float8 storage exactly."""
+    from kjax.errors import KjaxError
+    for tag, weight in sorted(tag_weights(shake_cfg).items()):
+        stored = float(np.asarray(weight, np.float32).astype(B_DTYPE))
+        if stored != weight or weight < 0:
+            below = float(np.nextafter(np.asarray(stored, B_DTYPE), np.asarray(0, B_DTYPE)))
+            raise KjaxError(
+                f"shake weight {weight} (tag {tag}: shake.boost_prem / shake.tag_weights) is "
+                f"not a non-negative value B's float8 storage holds exactly; use e.g. "
+                f"{min(stored, below)} or {max(stored, below)} (3 mantissa bits: 0.25, 0.375, "
+                f"0.5, ..., 1, 1.125, 1.25, ..., 2, 2.25, 2.5, ...); the sign and size of the "
+                f"effect belong in model.shake_factor")
 
 
 def _morphemes(morph_ids, word_ids, tags):
@@ -117,7 +134,7 @@ def random_pairs(maskable: np.ndarray, p: float, rng: np.random.Generator):
 
 
 def build_shake_matrix(encoded: dict, seq_len: int, shake_cfg, rng=None) -> np.ndarray:
-    """B [seq_len, seq_len] (bfloat16) for one example; see the module doc."""
+    """B [seq_len, seq_len] (float8 e4m3) for one example; see the module doc."""
     b = np.zeros((seq_len, seq_len), np.float32)
     n = len(encoded["input_ids"])
     if shake_cfg.variant == "pos":
