@@ -135,3 +135,14 @@ def peak_bytes(compiled) -> int:
     m = compiled.memory_analysis()
     return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
             + m.temp_size_in_bytes)
+
+
+def timed_steps(step, state, batch, steps: int):
+    """(state after `steps` calls, seconds per step), waiting for the device."""
+    import time
+    import jax
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = step(state, batch)
+    jax.block_until_ready((state, metrics))
+    return state, (time.perf_counter() - start) / steps

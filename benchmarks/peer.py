@@ -82,7 +82,6 @@ class Kjax:
         from kjax.parallel.mesh import make_mesh, put_batch
         from kjax.train.state import init_state, make_model, make_optimizer
         from kjax.train.step import make_train_step
-        self.jax = jax
         mesh = make_mesh(config)
         model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
         self.state, shardings = init_state(config, mesh, model, tx)
@@ -94,11 +93,8 @@ class Kjax:
         self.ready = {"ready": time.perf_counter() - start, "loss": float(m["loss"])}
 
     def run(self, steps: int) -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.state, m = self.step(self.state, self.batch)
-        self.jax.block_until_ready((self.state, m))
-        return (time.perf_counter() - start) / steps
+        self.state, seconds = _common.timed_steps(self.step, self.state, self.batch, steps)
+        return seconds
 
 
 def main():

@@ -71,7 +71,7 @@ class Variant:
         from kjax.parallel.mesh import LOGICAL_RULES, make_mesh, put_batch
         from kjax.train.state import init_state, make_model, make_optimizer
         from kjax.train.step import make_train_step
-        self.config, self.jax = config, jax
+        self.config = config
         mesh = make_mesh(config)
         model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
         self.state, shardings = init_state(config, mesh, model, tx)
@@ -86,11 +86,8 @@ class Variant:
         self.run(1)  # first execution (allocations) outside the timing
 
     def run(self, steps: int) -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.state, m = self.step(self.state, self.batch)
-        self.jax.block_until_ready((self.state, m))
-        return (time.perf_counter() - start) / steps
+        self.state, seconds = _common.timed_steps(self.step, self.state, self.batch, steps)
+        return seconds
 
 
 def main():
