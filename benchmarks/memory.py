@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
 import _common
 
 GIB = 1 << 30
@@ -94,10 +96,11 @@ def main():
             extra = f" (+{(per - plain[policy]) / 2**20:.0f} MiB vs off)"
         lines.append(f"| {policy} | {'on' if shake else 'off'} | {fixed / GIB:.2f} | "
                      f"{per / 2**20:.0f}{extra} | {best} | {check} |")
-    b_bytes = args.seq * args.seq * 2
+    from kjax.shake.matrix import B_DTYPE
+    b_bytes = args.seq * args.seq * np.dtype(B_DTYPE).itemsize
     notes = (f"{args.shape}, seq {args.seq}, {args.dtype} compute, fp32 params + AdamW; per-device"
              f" peak from XLA:CPU memory_analysis, linear fit over batches {batches}. B itself is "
-             f"{b_bytes / 2**20:.2f} MiB per example (bf16 [seq, seq]); the rest of shaking's "
+             f"{b_bytes / 2**20:.2f} MiB per example ({np.dtype(B_DTYPE).name} [seq, seq]); the rest of shaking's "
              f"per-example cost is what the backward keeps for Eq. 1. Load average before/after: "
              f"{load_before} / {_common.load_average()}.")
     _common.record("memory", "\n".join(lines), notes, args.no_record)

@@ -280,10 +280,20 @@ def test_setup(fake):
     assert r[-4:] == ["--python", "3.12", "--extras", "tpu,tfds"]
 
 
-def test_setup_live_packs_the_working_tree(fake):
-    if not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout")
-    sh(fake, "setup.sh", *T)
+def test_setup_live_packs_the_working_tree(fake, tmp_path):
+    # A checkout of its own (the launch scripts, setup.py, an ignored .venv),
+    # so the test does not depend on how the project itself was obtained.
+    repo = tmp_path / "repo"
+    shutil.copytree(LAUNCH, repo / "launch")
+    shutil.copy(ROOT / "setup.py", repo / "setup.py")
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    (repo / ".venv" / "bin" / "python").write_text("")
+    (repo / ".gitignore").write_text(".venv/\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "launch", ".gitignore"], check=True)
+    p = subprocess.run([str(repo / "launch" / "setup.sh"), *T], capture_output=True,
+                       text=True, env=fake.env, timeout=60, cwd=repo)
+    assert p.returncode == 0, (p.stdout, p.stderr)
     calls = fake.calls()
     assert [c[3] for c in calls] == ["scp", "ssh"]
     assert calls[0][4] == str(fake.path / "kjax-src-pod.tar.gz")

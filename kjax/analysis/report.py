@@ -19,6 +19,7 @@ import numpy as np
 
 from kjax.analysis import inputs as text_inputs
 from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman_per_head
+from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 
 CORRELATION_CLASSES = text_inputs.CLASSES + ("all",)
@@ -40,7 +41,7 @@ POOLING = {
 }
 
 
-# ---- texts and checkpoint ---------------------------------------------------------------
+# ---- texts ------------------------------------------------------------------------------
 
 def read_texts(path: str | None, texts: list[str] | None, max_texts: int | None) -> list[str]:
     lines = list(texts or [])
@@ -55,32 +56,6 @@ def read_texts(path: str | None, texts: list[str] | None, max_texts: int | None)
         raise KjaxError("no texts to analyse: pass --texts FILE (one text per line) or "
                         "--text \"...\"")
     return lines[:max_texts] if max_texts else lines
-
-
-def restore_params(config, workdir: str, step: int | None = None):
-    """(params on the host, step) of a checkpoint in `workdir` (as `kjax eval` restores)."""
-    from kjax.checkpoint.manager import Checkpointer
-    from kjax.parallel.mesh import make_mesh
-    from kjax.train.state import abstract_state, make_model, make_optimizer
-    directory = os.path.join(workdir, "checkpoints")
-    if "://" not in directory and not os.path.isdir(directory):
-        raise KjaxError(f"no checkpoint in {directory}; train first (`kjax train --workdir "
-                        f"{workdir}`) or pass the --workdir of a trained run")
-    t = config.train
-    checkpoints = Checkpointer(directory, t.checkpoint_every, t.keep_checkpoints, read_only=True)
-    try:
-        steps = checkpoints.all_steps()
-        step = step if step is not None else checkpoints.latest_step()
-        if step is None:
-            raise KjaxError(f"no checkpoint in {directory}; train first (`kjax train`)")
-        if step not in steps:
-            raise KjaxError(f"no checkpoint for step {step} in {directory}; available: {steps}")
-        tx = make_optimizer(t)
-        target, _ = abstract_state(config, make_mesh(config), make_model(config, False), tx)
-        state, _ = checkpoints.restore(step, target)
-    finally:
-        checkpoints.close()
-    return jax.device_get(state["params"]), step
 
 
 # ---- running the model ------------------------------------------------------------------

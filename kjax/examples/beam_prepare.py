@@ -35,7 +35,7 @@ import shlex
 import shutil
 import tempfile
 
-from kjax.errors import KjaxError
+from kjax.errors import KjaxError, import_extra
 from kjax.text.corpus import CorpusStats, beam_filesystems, is_url, iter_documents
 
 # kjax.examples.prepare / records are imported where used: they load flax and
@@ -45,12 +45,7 @@ META_FILE = "meta.json"  # = records.META_FILE (asserted in tests)
 
 
 def _import_beam():
-    try:
-        import apache_beam as beam
-    except ImportError as e:
-        raise KjaxError(f"`kjax prepare-beam` needs Apache Beam, which cannot be imported "
-                        f"({e}); install it with: pip install 'kjax[beam]'") from None
-    return beam
+    return import_extra("apache_beam", "`kjax prepare-beam`", "beam")
 
 
 # ---- files through Beam's FileSystems (local and remote alike) -------------

@@ -23,6 +23,7 @@ import os
 
 import numpy as np
 
+from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
@@ -183,39 +184,6 @@ def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: b
                for k, v in params_to_state_dict(params, enc, with_heads).items()}
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     return sorted(tensors)
-
-
-def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
-    """The params of a kjax checkpoint as host numpy arrays (no data needed)."""
-    import jax
-    from kjax.checkpoint.manager import Checkpointer
-    from kjax.parallel.mesh import make_mesh
-    from kjax.train.state import abstract_state, make_model, make_optimizer
-    directory = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(directory):
-        raise KjaxError(f"no checkpoints in {directory}; train first (`kjax train --workdir "
-                        f"{workdir}`) or pass the --workdir that holds them")
-    t = config.train
-    checkpoints = Checkpointer(directory, t.checkpoint_every, t.keep_checkpoints, read_only=True)
-    try:
-        steps = checkpoints.all_steps()
-        step = steps[-1] if step is None and steps else step
-        if step is None or step not in steps:
-            raise KjaxError(f"no checkpoint for step {step} in {directory}; available: {steps}")
-        tx = make_optimizer(t)
-        target, _ = abstract_state(config, make_mesh(config), make_model(config, True), tx)
-        try:
-            state, _ = checkpoints.restore(step, target)
-        except KjaxError as e:   # almost always the wrong config, not a broken checkpoint
-            saved = os.path.join(workdir, "kjax_config.py")
-            hint = f" (`kjax import` wrote it to {saved})" if os.path.isfile(saved) else ""
-            raise KjaxError(f"checkpoint {directory}/{step} does not fit this config: pass the "
-                            f"--config and --config.* overrides the run was trained with{hint} "
-                            f"(model sizes, model.input_mode, knowledge weights). Detail: "
-                            f"{str(e).split('restored ', 1)[-1].split(';')[0][:160]}") from None
-    finally:
-        checkpoints.close()
-    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step
 
 
 def jax_outputs(params: dict, enc: EncoderConfig, inputs: dict, shake=None) -> dict:

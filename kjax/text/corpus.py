@@ -18,7 +18,7 @@ import os
 import unicodedata
 from typing import Iterator
 
-from kjax.errors import KjaxError
+from kjax.errors import KjaxError, import_extra
 from kjax.text.tfds_source import TfdsSource, document_lines, is_tfds_spec, iter_texts, parse_spec
 
 DEMO_CORPUS = "konlpy"
@@ -42,12 +42,8 @@ def is_url(path: str) -> bool:
 
 
 def beam_filesystems():
-    try:
-        from apache_beam.io.filesystems import FileSystems
-    except ImportError as e:
-        raise KjaxError(f"remote paths (scheme://) are read with Apache Beam, which cannot be "
-                        f"imported ({e}); install it with: pip install 'kjax[beam]'") from None
-    return FileSystems
+    return import_extra("apache_beam.io.filesystems", "reading remote paths (scheme://)",
+                        "beam").FileSystems
 
 
 def _match(part: str) -> list[tuple[str, int]]:

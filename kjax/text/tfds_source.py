@@ -25,7 +25,7 @@ import dataclasses
 import re
 from typing import Iterator
 
-from kjax.errors import KjaxError
+from kjax.errors import KjaxError, import_extra
 
 PREFIX = "tfds:"
 TEXT_FEATURE = "text"
@@ -60,12 +60,7 @@ def parse_spec(part: str, data_dir: str | None = None) -> TfdsSource:
 
 
 def import_tfds():
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise KjaxError(f"data.corpus names a TFDS dataset but tensorflow-datasets cannot be "
-                        f"imported ({e}); install it with: pip install 'kjax[tfds]'") from None
-    return tfds
+    return import_extra("tensorflow_datasets", "a tfds: data.corpus", "tfds")
 
 
 def open_builder(source: TfdsSource):

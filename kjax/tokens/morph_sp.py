@@ -25,8 +25,9 @@ import sentencepiece as spm
 from kjax.errors import KjaxError
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import tag_id
+from kjax.tokens.morphemes import MorphemeEncoding
 from kjax.tokens.sentencepiece import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, TOKEN_ARRAYS,
-                                       UNK, WORD_START)
+                                       UNK, WORD_START, SentencePieceTokenizer)
 
 UNIT_DELIMITER = "\u241f"  # ␟ SYMBOL FOR UNIT SEPARATOR: never in real text
 _STRIP = {ord(WORD_START): None, ord(UNIT_DELIMITER): None}
@@ -52,20 +53,15 @@ def _training_lines(sentences: Iterable[str], analyzer: KoreanAnalyzer,
             yield UNIT_DELIMITER.join(units)
 
 
-class MorphSPTokenizer:
+class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
+    """The sentencepiece model (vocabulary, id ↔ piece) of SentencePieceTokenizer,
+    fed Kiwi's morphemes instead of raw text."""
     scheme = "morph-sp"
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
+    TRAIN_HINT = "`kjax tokenizer train` (tokenizer.scheme=morph-sp)"
 
     def __init__(self, model_file: str, analyzer: KoreanAnalyzer | None = None):
-        if not os.path.isfile(model_file):
-            raise KjaxError(f"morph-sp model {model_file!r} not found; train it with "
-                            f"`kjax tokenizer train` (tokenizer.scheme=morph-sp)")
-        self.model_file = model_file
-        self.sp = spm.SentencePieceProcessor(model_file=model_file)
-        for i, piece in enumerate(SPECIAL_TOKENS):
-            if self.sp.id_to_piece(i) != piece:
-                raise KjaxError(f"{model_file}: id {i} is {self.sp.id_to_piece(i)!r}, not "
-                                f"{piece}; retrain it with MorphSPTokenizer.train")
+        super().__init__(model_file)
         self.analyzer = analyzer or KoreanAnalyzer()
 
     @classmethod
@@ -97,24 +93,6 @@ class MorphSPTokenizer:
                             f"fit this corpus: change tokenizer.vocab_size as the message "
                             f"says") from None
         return cls(model_prefix + ".model", analyzer)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.sp.get_piece_size()
-
-    def id_to_token(self, i: int) -> str:
-        return self.sp.id_to_piece(int(i))
-
-    def token_to_id(self, token: str) -> int:
-        return self.sp.piece_to_id(token)
-
-    def encode(self, sentence: str) -> dict[str, np.ndarray]:
-        return self.encode_morphemes(self.analyzer.analyze(sentence))
-
-    def encode_many(self, sentences: Iterable[str],
-                    num_workers: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        for morphemes in self.analyzer.analyze_many(sentences, num_workers):
-            yield self.encode_morphemes(morphemes)
 
     def encode_morphemes(self, morphemes: Sequence[Morpheme]) -> dict[str, np.ndarray]:
         units = morpheme_units(morphemes)

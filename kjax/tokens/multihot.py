@@ -37,6 +37,7 @@ import sentencepiece as spm
 from kjax.errors import KjaxError
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import PREDICATE_TAGS, TAGS, base_tag, tag_id
+from kjax.tokens.morphemes import MorphemeEncoding
 from kjax.tokens.sentencepiece import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, TOKEN_ARRAYS,
                                        UNK)
 
@@ -348,7 +349,7 @@ def _train_bpe(units: Iterator[str], vocab_size: int, character_coverage: float,
             if not (sp.is_unknown(i) or sp.is_control(i))]
 
 
-class MultihotTokenizer:
+class MultihotTokenizer(MorphemeEncoding):
     """Sentence → per-token arrays for the multi-hot input (§2.3): `morph` is
     the morpheme index (the model position), `inpos` the token's place in it."""
     scheme = "multihot"
@@ -379,14 +380,6 @@ class MultihotTokenizer:
 
     def token_to_id(self, token: str) -> int:
         return self.vocab.token_to_id(token)
-
-    def encode(self, sentence: str) -> dict[str, np.ndarray]:
-        return self.encode_morphemes(self.analyzer.analyze(sentence))
-
-    def encode_many(self, sentences: Iterable[str],
-                    num_workers: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        for morphemes in self.analyzer.analyze_many(sentences, num_workers):
-            yield self.encode_morphemes(morphemes)
 
     def encode_morphemes(self, morphemes: Sequence[Morpheme]) -> dict[str, np.ndarray]:
         ids, morph, inpos, tags, eojeol = [], [], [], [], []

@@ -53,17 +53,18 @@ def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size:
 
 class SentencePieceTokenizer:
     scheme = "sentencepiece"
+    TRAIN_HINT = "`kjax tokenizer train --config ...`"   # how to make the model file
 
     def __init__(self, model_file: str):
         if not os.path.isfile(model_file):
             raise KjaxError(f"tokenizer model {model_file!r} not found; run "
-                            f"`kjax tokenizer train --config ...` first")
+                            f"{self.TRAIN_HINT} first")
         self.model_file = model_file
         self.sp = spm.SentencePieceProcessor(model_file=model_file)
         for i, piece in enumerate(SPECIAL_TOKENS):
             if self.sp.id_to_piece(i) != piece:
                 raise KjaxError(f"{model_file}: id {i} is {self.sp.id_to_piece(i)!r}, not "
-                                f"{piece}; retrain it with `kjax tokenizer train`")
+                                f"{piece}; retrain it with {self.TRAIN_HINT}")
 
     @property
     def vocab_size(self) -> int:
