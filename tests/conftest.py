@@ -5,6 +5,12 @@ import os
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import gcs  # noqa: E402
+
+# gs:// everywhere in the tests means the local emulator (tests/gcs.py), for
+# this process and its subprocesses; set before any GCS client is imported.
+gcs.configure_environment()
+
 import pytest  # noqa: E402
 
 from kjax.config import load_config  # noqa: E402
@@ -44,6 +50,23 @@ def prepared(tmp_path_factory):
     train_tokenizer(config)
     prepare(config, progress=False)
     return tmp
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """fake-gcs-server for this test process (started on first use)."""
+    server = gcs.Emulator(os.environ["KJAX_TEST_GCS_URL"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gs_root(gcs_server, request):
+    """A fresh gs:// folder for one test, in the emulator's bucket."""
+    import uuid
+    import re
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", request.node.name)[:40]
+    return f"gs://{gcs.BUCKET}/{name}-{uuid.uuid4().hex[:8]}"
 
 
 def pytest_configure(config):

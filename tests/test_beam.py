@@ -1,12 +1,9 @@
 """`kjax prepare-beam` on Beam's DirectRunner writes the same bytes as
-`kjax prepare`, resumes from chunk markers, and reads/writes remote-style
-(`scheme://`) paths through Beam's FileSystems."""
+`kjax prepare`, resumes from chunk markers, and reads/writes gs:// paths
+(a local GCS emulator) through kjax/paths.py."""
 import os
 
 import pytest
-
-from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.localfilesystem import LocalFileSystem
 
 from conftest import DEMO_CONFIG
 from kjax.cli import main
@@ -93,59 +90,31 @@ def test_prepare_beam_verb_and_refusal_of_mixed_shards(config, tmp_path, capsys)
     assert "holds shards made with another data config" in capsys.readouterr().err
 
 
-class PrefixedLocalFileSystem(LocalFileSystem):
-    """`kjaxtest://` + a local path: a stand-in for gs:// in tests."""
-    PREFIX = "kjaxtest://"
-
-    @classmethod
-    def scheme(cls):
-        return "kjaxtest"
-
-    def _local(self, path):
-        return path[len(self.PREFIX):] if path.startswith(self.PREFIX) else path
-
-    def join(self, base, *parts):
-        return self.PREFIX + os.path.join(self._local(base), *parts)
-
-    def _list(self, dir_or_prefix):
-        for dirpath, _, names in os.walk(self._local(dir_or_prefix)):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                yield FileMetadata(self.PREFIX + path, os.path.getsize(path),
-                                   os.path.getmtime(path))
-
-    def metadata(self, path):
-        path = self._local(path)
-        return FileMetadata(self.PREFIX + path, os.path.getsize(path), os.path.getmtime(path))
-
-    def create(self, path, *args, **kwargs):
-        return super().create(self._local(path), *args, **kwargs)
-
-    def open(self, path, *args, **kwargs):
-        return super().open(self._local(path), *args, **kwargs)
-
-    def rename(self, sources, destinations):
-        return super().rename([self._local(p) for p in sources],
-                              [self._local(p) for p in destinations])
-
-    def exists(self, path):
-        return super().exists(self._local(path))
-
-
-def test_remote_style_paths_go_through_beam_filesystems(config, tmp_path):
+def test_gs_paths_read_and_write_the_same_bytes(config, tmp_path, gs_root):
+    """Corpus, tokenizer and data.dir on gs:// (the local GCS emulator, through
+    kjax/paths.py as in production): the pipeline's shards equal the local
+    ones, and nothing lands in a local folder named `gs:`."""
+    from kjax import paths
+    from gcs import local_gs_folders
     local = with_overrides(config, **{"data.dir": str(tmp_path / "local")})
     prepare(local, progress=False)
-    url = with_overrides(config, **{
-        "data.corpus": PrefixedLocalFileSystem.PREFIX + config.data.corpus,
-        "data.dir": PrefixedLocalFileSystem.PREFIX + str(tmp_path / "remote")})
+    for part, _ in paths.glob(config.data.corpus):
+        paths.upload(part, f"{gs_root}/corpus/{paths.name(part)}")
+    for suffix in (".model", ".vocab"):
+        paths.upload(config.tokenizer.path + suffix, f"{gs_root}/tok/sp{suffix}")
+    url = with_overrides(config, **{"data.corpus": f"{gs_root}/corpus/part-*.txt",
+                                    "tokenizer.path": f"{gs_root}/tok/sp",
+                                    "data.dir": f"{gs_root}/examples"})
     sources = resolve_corpus(url.data.corpus)
-    assert sources and all(s.startswith("kjaxtest://") for s in sources)
+    assert sources and all(s.startswith(gs_root) for s in sources)
     meta = beam_prepare.prepare_beam(url, DIRECT)
     assert meta["documents"] == 58
     local_files = files_of(tmp_path / "local")
-    remote_files = files_of(tmp_path / "remote")
+    remote_files = {n: paths.read_bytes(f"{gs_root}/examples/{n}")
+                    for n in paths.listdir(f"{gs_root}/examples")}
     # Same shards and markers (meta and fingerprint name the corpus by its URL).
     named = ("meta.json", "fingerprint.json")
     assert {k: v for k, v in remote_files.items() if k not in named} == \
         {k: v for k, v in local_files.items() if k not in named}
     assert len(remote_files) == len(local_files) > 10
+    assert not local_gs_folders(os.getcwd()) and not local_gs_folders(tmp_path)

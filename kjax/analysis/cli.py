@@ -13,7 +13,7 @@ def register(verbs, add_config) -> None:
         "analyze", help="norm-based attention analysis of a checkpoint: α vs ‖f(x)‖ vs "
         "‖αf(x)‖ per layer/head, class correlations, postposition→substantive shares with "
         "and without shaking; writes report.json and PNGs to --out")
-    add_config(p)
+    add_config(p, required=False)
     p.add_argument("--workdir", required=True, help="the training run (its checkpoints/)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
     p.add_argument("--texts", default=None, metavar="FILE",

@@ -1,6 +1,7 @@
 """Examples → fixed-shape batches with grain.
 
-Train: ArrayRecord shards read lazily (random access, nothing held in RAM),
+Train: ArrayRecord shards (remote ones cached on this host first,
+kjax/examples/records.py) read lazily (random access, nothing held in RAM),
 a global shuffle by index permutation reseeded every epoch, per-process
 slicing, dynamic masking, padding to fixed shapes and batching. The
 iterator's state (a position, as JSON) goes into every checkpoint.
@@ -95,7 +96,7 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
     d, batch = config.data, config.train.batch_size
     if batch % process_count:
         raise ValueError(f"train.batch_size={batch} is not divisible by {process_count} processes")
-    source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "train"))
+    source = grain.sources.ArrayRecordDataSource(records.local_shards(d.dir, "train"))
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
           .repeat(None).map(records.decode_example))
     ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
@@ -114,7 +115,7 @@ def eval_batches(config, batch_size: int, max_batches: int, process_index: int =
     process yields the same number of batches (each is a collective), and
     process p's rows are its slice of each global batch, as in training."""
     d = config.data
-    source = grain.sources.ArrayRecordDataSource(records.list_shards(d.dir, "eval"))
+    source = grain.sources.ArrayRecordDataSource(records.local_shards(d.dir, "eval"))
     local = batch_size // process_count
     count = -(-len(source) // batch_size)
     count = min(count, max_batches) if max_batches > 0 else count

@@ -10,7 +10,8 @@ to `kjax prepare`'s: every chunk is made by the same `ChunkWorker`, seeded by
 (`--beam-options=` with the `=`: its value starts with `--`.) docs/PREPARE.md
 has the Dataflow, Flink and Spark commands.
 
-The pipeline (all I/O through Beam's FileSystems: local paths, gs://, s3://):
+The pipeline (all I/O through kjax/paths.py, as in `kjax prepare`: local
+paths, gs://, s3://; Beam workers need only kjax installed):
 
     sources ─ count documents per source ─ first doc id per source (side input)
         └─ read each source again, number its documents, key them by chunk
@@ -35,8 +36,9 @@ import shlex
 import shutil
 import tempfile
 
+from kjax import paths
 from kjax.errors import KjaxError, import_extra
-from kjax.text.corpus import CorpusStats, beam_filesystems, is_url, iter_documents
+from kjax.text.corpus import CorpusStats, iter_documents
 
 # kjax.examples.prepare / records are imported where used: they load flax and
 # sentencepiece, and this module is imported by every `kjax` command (its verb).
@@ -48,59 +50,15 @@ def _import_beam():
     return import_extra("apache_beam", "`kjax prepare-beam`", "beam")
 
 
-# ---- files through Beam's FileSystems (local and remote alike) -------------
-def _join(directory: str, name: str) -> str:
-    return beam_filesystems().join(directory, name) if is_url(directory) \
-        else os.path.join(directory, name)
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    """Atomic like records.write_json: a temporary name, then a rename."""
-    fs = beam_filesystems()
-    with fs.create(path + ".tmp", compression_type="uncompressed") as f:
-        f.write(data)
-    fs.rename([path + ".tmp"], [path])
-
-
-def _write_json(path: str, obj: dict) -> None:
-    # Same bytes as records.write_json, so local and Beam outputs are interchangeable.
-    _write_bytes(path, json.dumps(obj, ensure_ascii=False, indent=2).encode("utf-8"))
-
-
-def _read_json(path: str) -> dict:
-    with beam_filesystems().open(path, compression_type="uncompressed") as f:
-        return json.loads(f.read().decode("utf-8"))
-
-
-def _publish(local_path: str, path: str) -> None:
-    with open(local_path, "rb") as f:
-        _write_bytes(path, f.read())
-    os.remove(local_path)
-
-
+# ---- files (kjax/paths.py: the same bytes `kjax prepare` writes) ----------
 def finished_chunks(out_dir: str) -> dict[int, dict]:
     """{chunk index: counts} of the chunks whose marker is in out_dir."""
-    fs = beam_filesystems()
-    found = fs.match([_join(out_dir, "chunk-*.json")])[0].metadata_list
     done = {}
-    for m in found:
-        match = _MARKER.search(m.path)
+    for name in paths.listdir(out_dir):
+        match = _MARKER.fullmatch(name)
         if match:
-            done[int(match.group(1))] = _read_json(m.path)
+            done[int(match.group(1))] = paths.read_json(paths.join(out_dir, name))
     return done
-
-
-def _check_fingerprint(config, out_dir: str) -> None:
-    """kjax.examples.prepare.check_fingerprint, for any filesystem."""
-    from kjax.examples.prepare import fingerprint
-    path = _join(out_dir, "fingerprint.json")
-    mine = json.loads(json.dumps(fingerprint(config)))
-    if beam_filesystems().exists(path):
-        if _read_json(path) != mine:
-            raise KjaxError(f"{out_dir} holds shards made with another data config or "
-                            f"tokenizer; delete it or set data.dir to a new directory")
-    else:
-        _write_json(path, mine)
 
 
 def tokenizer_files(config) -> dict[str, bytes]:
@@ -109,9 +67,8 @@ def tokenizer_files(config) -> dict[str, bytes]:
     main = tokenizer_file(config)
     out = {}
     for path in (main, main + ".json"):  # multihot keeps its settings next to the vocabulary
-        if os.path.isfile(path):
-            with open(path, "rb") as f:
-                out[path[len(config.tokenizer.path):]] = f.read()
+        if paths.isfile(path):
+            out[path[len(config.tokenizer.path):]] = paths.read_bytes(path)
     return out
 
 
@@ -173,13 +130,13 @@ def _write_meta(summed: dict, stats: dict, config_dict: dict, out_dir: str, reus
     add_counts(totals, summed)
     totals["chunks"] = math.ceil(corpus.documents / config.data.docs_per_chunk)
     totals["chunks_reused"] = reused
-    _write_json(_join(out_dir, META_FILE), build_meta(config, corpus, totals))
+    paths.write_json(paths.join(out_dir, META_FILE), build_meta(config, corpus, totals))
 
 
 def make_chunk_fn(beam):
     class PrepareChunk(beam.DoFn):
-        """Runs ChunkWorker in a local scratch directory, then publishes the
-        shards and, last, the marker (its presence means "chunk done")."""
+        """Runs ChunkWorker with the shipped tokenizer (in a local scratch
+        folder); it writes the shards and, last, the marker ("chunk done")."""
 
         def __init__(self, config_dict: dict, tokenizer: dict[str, bytes], out_dir: str):
             self.config_dict, self.tokenizer, self.out_dir = config_dict, tokenizer, out_dir
@@ -192,19 +149,13 @@ def make_chunk_fn(beam):
                 with open(prefix + suffix, "wb") as f:
                     f.write(data)
             config = _config_from(self.config_dict, **{"tokenizer.path": prefix})
-            self.local = os.path.join(self.scratch, "shards")
-            os.makedirs(self.local)
-            self.worker = ChunkWorker(config, out_dir=self.local)
+            # Shards, then the marker, straight into data.dir (records.py moves
+            # each file into place whole, locally or as one object upload).
+            self.worker = ChunkWorker(config, out_dir=self.out_dir)
 
         def process(self, element):
-            from kjax.examples import records
             chunk_index, docs = element
             _, counts = self.worker((chunk_index, sorted(docs, key=lambda d: d[0])))
-            for split in ("train", "eval"):
-                name = os.path.basename(records.shard_path("", split, chunk_index))
-                _publish(os.path.join(self.local, name), _join(self.out_dir, name))
-            name = os.path.basename(records.chunk_marker("", chunk_index))
-            _publish(os.path.join(self.local, name), _join(self.out_dir, name))
             yield counts
 
         def teardown(self):
@@ -237,17 +188,16 @@ def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
     """Runs the pipeline (blocking) and returns meta.json, as `prepare` does."""
     beam = _import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
-    from kjax.examples.prepare import check_inputs, corpus_sources
+    from kjax.examples.prepare import check_fingerprint, check_inputs, corpus_sources
     d = config.data
     sources = corpus_sources(config)
     check_inputs(config, sources)
-    if not is_url(d.dir):
-        os.makedirs(d.dir, exist_ok=True)
-    _check_fingerprint(config, d.dir)
+    paths.makedirs(d.dir)
+    check_fingerprint(config)
     done = finished_chunks(d.dir)
     with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
         build_pipeline(pipeline, config, sources, done)
-    return _read_json(_join(d.dir, META_FILE))
+    return paths.read_json(paths.join(d.dir, META_FILE))
 
 
 def register(verbs, add_config) -> None:

@@ -22,11 +22,11 @@ import hashlib
 import itertools
 import json
 import multiprocessing
-import os
 
 import numpy as np
 from tqdm import tqdm
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.examples.masking import example_rng, mask_example
@@ -128,16 +128,15 @@ def _chunks(config, files, stats, docs_per_chunk):
 
 def fingerprint(config) -> dict:
     """What decides the shards' content: a resumed job must match it exactly."""
-    with open(tokenizer_file(config), "rb") as f:
-        tokenizer_hash = hashlib.sha256(f.read()).hexdigest()[:16]
+    tokenizer_hash = hashlib.sha256(paths.read_bytes(tokenizer_file(config))).hexdigest()[:16]
     data = {k: v for k, v in config.data.to_dict().items() if k != "dir"}
     return {"data": data, "tokenizer": tokenizer_hash, "vocab_size": config.model.vocab_size}
 
 
 def check_fingerprint(config) -> None:
-    path = os.path.join(config.data.dir, "fingerprint.json")
+    path = paths.join(config.data.dir, "fingerprint.json")
     mine = json.loads(json.dumps(fingerprint(config)))
-    if os.path.exists(path):
+    if paths.exists(path):
         if records.read_json(path) != mine:
             raise KjaxError(f"{config.data.dir} holds shards made with another data config or "
                             f"tokenizer; delete it or set data.dir to a new directory")
@@ -160,7 +159,7 @@ def _pending_chunks(config, files, stats, totals):
     for chunk_index, docs in _chunks(config, files, stats, d.docs_per_chunk):
         totals["chunks"] += 1
         marker = records.chunk_marker(d.dir, chunk_index)
-        if os.path.exists(marker):
+        if paths.exists(marker):
             totals["chunks_reused"] += 1
             add_counts(totals, records.read_json(marker))
             continue
@@ -208,7 +207,7 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
     d = config.data
     files = corpus_sources(config)
     check_inputs(config, files)
-    os.makedirs(d.dir, exist_ok=True)
+    paths.makedirs(d.dir)
     check_fingerprint(config)
     stats = CorpusStats()
     totals = new_totals()

@@ -48,13 +48,13 @@ def register(verbs, add_config) -> None:
         "export", help="checkpoint → transformers folder (config.json, model.safetensors, "
         "tokenizer, model card) that AutoModel loads with no custom code",
         description="Writes a checkpoint of WORKDIR as a transformers 5 folder: config.json, "
-        "model.safetensors, the tokenizer, README.md (model card), kjax_export.json. Pass the "
-        "--config and overrides the run was trained with. One-hot models load with "
+        "model.safetensors, the tokenizer, README.md (model card), kjax_export.json. The config "
+        "is the one the run recorded (WORKDIR/kjax_config.py) unless --config is given. One-hot models load with "
         "AutoModel.from_pretrained(OUT) (no custom code); multi-hot (UKnowBERT) models also get "
         "modeling_kjax_multihot.py and need trust_remote_code=True. morph-sp/multihot "
         "tokenizers need kjax installed. The folder is loaded back and compared with kjax "
         "unless --no-verify. See docs/EXPORT.md.")
-    add_config(ex)
+    add_config(ex, required=False)
     ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
     ex.add_argument("--out", required=True, help="output folder")

@@ -279,27 +279,35 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
                       verify: bool = True) -> dict:
     """`kjax export`: checkpoint → transformers folder (weights, config,
     tokenizer, model card)."""
+    from kjax import paths
     from kjax.export.tokenizer_export import export_tokenizer
+    from kjax.tokens.factory import local_tokenizer
     enc = EncoderConfig.from_config(config.model)
     params, step = restore_params(config, workdir, step)
-    tokenizer = export_tokenizer(config, out_dir)   # first: a missing one fails before weights
-    keys = write_hf_model(params, enc, out_dir, with_heads, dtype)
-    diffs = verify_export(params, enc, out_dir, with_heads, dtype) if verify else None
-    write_model_card(config, workdir, out_dir, step, with_heads, dtype, tokenizer)
-    with open(os.path.join(out_dir, "kjax_export.json"), "w", encoding="utf-8") as f:
-        json.dump({"workdir": os.path.abspath(workdir), "step": step, "dtype": dtype,
-                   "with_pretraining_heads": with_heads, "tokenizer": tokenizer,
-                   "verified_max_abs_diff": diffs}, f, ensure_ascii=False, indent=1)
+    # transformers writes and reads local folders: a gs:// --out is written to a
+    # local folder first and uploaded once verified (kjax/paths.py).
+    with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
+        # the tokenizer first: a missing one fails before the weights are written
+        tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
+        keys = write_hf_model(params, enc, local_out, with_heads, dtype)
+        diffs = verify_export(params, enc, local_out, with_heads, dtype) if verify else None
+        write_model_card(config, workdir, local_out, step, with_heads, dtype, tokenizer,
+                         shown_as=out_dir)
+        with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
+            json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
+                       "step": step, "dtype": dtype, "with_pretraining_heads": with_heads,
+                       "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
+                      f, ensure_ascii=False, indent=1)
     return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
             "architecture": architecture(enc, with_heads),
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}
 
 
 def _last_metrics(workdir: str) -> dict[str, dict]:
-    from kjax.train.metrics import read_metrics
+    from kjax.train.logdir import read_run_metrics
     last: dict[str, dict] = {}
     try:
-        for record in read_metrics(workdir):
+        for record in read_run_metrics(workdir):
             last[record.get("split", "train")] = record
     except (OSError, ValueError):
         pass  # a card without metrics beats no export
@@ -307,8 +315,9 @@ def _last_metrics(workdir: str) -> dict[str, dict]:
 
 
 def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: bool,
-                     dtype: str, tokenizer: dict) -> str:
-    """README.md: what was trained, on what, for how long, and how it ended."""
+                     dtype: str, tokenizer: dict, shown_as: str | None = None) -> str:
+    """README.md: what was trained, on what, for how long, and how it ended
+    (`shown_as`: the folder's name in the usage lines, when written elsewhere)."""
     m, d, t = config.model, config.data, config.train
     enc = EncoderConfig.from_config(m)
     remote = ", trust_remote_code=True" if mx.is_multihot(enc) else ""
@@ -339,7 +348,8 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: 
                     lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
         lines.append("")
     lines += ["## Use", "```python", "from transformers import AutoModel",
-              f"model = AutoModel.from_pretrained({out_dir!r}{remote})", tokenizer["usage"],
+              f"model = AutoModel.from_pretrained({shown_as or out_dir!r}{remote})",
+              tokenizer["usage"],
               *(["batch = tokenizer.multihot_inputs([\"나는 학교에서\"], return_tensors=\"pt\")",
                  "out = model(**batch)"] if remote else []), "```", "",
               "Attention-logit shaking (METHODS Eq. 1): `import kjax.export.torch_shake`, load with "

@@ -25,10 +25,10 @@ from __future__ import annotations
 import glob
 import json
 import os
-import pprint
 
 import numpy as np
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
@@ -217,15 +217,10 @@ def kjax_config(base, enc: EncoderConfig, name: str):
 
 
 def write_config_file(config, path: str, source: str) -> None:
-    body = "\n".join(f"    c.{key} = {pprint.pformat(value, indent=1, width=90)}"
-                     .replace("\n", "\n" + " " * 8)
-                     for key, value in config.to_dict().items())
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f'"""Written by `kjax import --hf {source}`: the imported model\'s settings\n'
-                f'(model.*) on top of the base config. The tokenizer is not converted:\n'
-                f'see docs/EXPORT.md."""\nfrom kjax.config import ConfigDict\n\n\n'
-                f"def get_config():\n    c = ConfigDict()\n{body}\n    return c\n")
+    from kjax.run_config import write_config_file as write
+    write(config, path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
+                        f"(model.*) on top of the base config. The tokenizer is not converted:\n"
+                        f"see docs/EXPORT.md.")
 
 
 def fresh_module(name: str, shapes, std: float, rng: np.random.Generator):
@@ -257,8 +252,8 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     found, missing, unused = hf_to_params(tensors, hf, enc)
     config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
     validate(config)
-    ckpt_dir = os.path.join(workdir, "checkpoints")
-    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+    ckpt_dir = paths.join(workdir, "checkpoints")
+    if paths.listdir(ckpt_dir):
         raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")
     tx = make_optimizer(config.train)
     # The exact structure `kjax train` restores (traced, nothing compiled).
@@ -278,12 +273,12 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
                                config.train.keep_checkpoints)
     checkpoints.save(0, state, FRESH_LOADER_STATE, force=True)
     checkpoints.close()
-    config_out = config_out or os.path.join(workdir, "kjax_config.py")
+    config_out = config_out or paths.join(workdir, "kjax_config.py")
     write_config_file(config, config_out, hf_dir)
     report = {"source": os.path.abspath(hf_dir), "model_type": hf["model_type"],
-              "checkpoint": os.path.join(ckpt_dir, "0"), "config": config_out,
+              "checkpoint": paths.join(ckpt_dir, "0"), "config": config_out,
               "position_offset": position_offset(hf), "initialised": missing,
               "unused_source_tensors": unused}
-    with open(os.path.join(workdir, "import.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, ensure_ascii=False, indent=1)
+    paths.write_text(paths.join(workdir, "import.json"),
+                     json.dumps(report, ensure_ascii=False, indent=1))
     return report

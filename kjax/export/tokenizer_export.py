@@ -23,6 +23,7 @@ import os
 import shutil
 import unicodedata
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.tokens.sentencepiece import CLS, SEP, SPECIAL_TOKENS, WORD_START
 
@@ -317,23 +318,24 @@ def export_kiwi(cls, vocab_file: str, out_dir: str, model_max_length: int):
     return tok
 
 
-def export_tokenizer(config, out_dir: str) -> dict:
+def export_tokenizer(config, out_dir: str, shown_as: str | None = None) -> dict:
     """The configured scheme's tokenizer into `out_dir`; returns what the
-    model card and kjax_export.json say about it."""
+    model card and kjax_export.json say about it (naming the folder
+    `shown_as` when it is written elsewhere first)."""
     from kjax.tokens.factory import check_scheme, tokenizer_file
     scheme = config.tokenizer.scheme
     check_scheme(scheme)
     path = tokenizer_file(config)
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
         raise KjaxError(f"tokenizer {path!r} (tokenizer.path) not found; pass the config the "
                         f"model was trained with, or run `kjax tokenizer train` for it")
     limit = config.model.max_position_embeddings
     if scheme == "sentencepiece":
         export_sentencepiece(path, out_dir, limit)
         return {"scheme": scheme, "class": "PreTrainedTokenizerFast (tokenizer.json)",
-                "usage": f"tokenizer = AutoTokenizer.from_pretrained({out_dir!r})"}
+                "usage": f"tokenizer = AutoTokenizer.from_pretrained({shown_as or out_dir!r})"}
     cls = KjaxMorphSPTokenizer if scheme == "morph-sp" else KjaxMultihotTokenizer
     export_kiwi(cls, path, out_dir, limit)
     return {"scheme": scheme, "class": f"kjax.export.tokenizer_export.{cls.__name__}",
             "usage": f"from kjax.export.tokenizer_export import {cls.__name__}\n"
-                     f"tokenizer = {cls.__name__}.from_pretrained({out_dir!r})"}
+                     f"tokenizer = {cls.__name__}.from_pretrained({shown_as or out_dir!r})"}

@@ -40,7 +40,7 @@ def register(verbs, add_config) -> None:
         "regression or NER task (KLUE formats); SHAKE combinations, seeds",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False)
-    add_config(p)
+    add_config(p, required=False)
     p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
     p.add_argument("--dev", metavar="FILE", help="dev data (default: carved from --train "

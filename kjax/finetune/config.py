@@ -7,10 +7,9 @@ the defaults below, a `get_finetune_config()` function in the `--config` file
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 
-from kjax.config import ConfigDict, apply_override
+from kjax.config import ConfigDict, apply_override, load_module
 from kjax.errors import KjaxError
 
 SHAKE_VARIANTS = ("pos", "random")
@@ -75,9 +74,7 @@ def load_finetune_config(config_path: str | None, assignments: list[str]) -> Con
     """Defaults ← the file's get_finetune_config() ← `finetune.a.b=value` strings."""
     section = finetune_defaults()
     if config_path:
-        spec = importlib.util.spec_from_file_location("kjax_finetune_config", config_path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_module(config_path, "kjax_finetune_config")
         if hasattr(module, "get_finetune_config"):
             _merge(section, module.get_finetune_config(), f"{config_path} get_finetune_config()")
     root = ConfigDict({"finetune": section})

@@ -37,6 +37,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.morph.tags import TAGS, base_tag, is_known_tag, pos_class
 
@@ -98,10 +99,9 @@ def predicate_stem(form: str, tag: str) -> str:
 def _read_rows(path: str):
     """Yields (line_number, first_column, second_column) of data lines."""
     try:
-        with open(path, "rb") as handle:
-            raw_lines = handle.read().split(b"\n")
+        raw_lines = paths.read_bytes(path).split(b"\n")   # local or a URL (gs://...)
     except OSError as error:
-        raise ResourceError(f"{path}: cannot read knowledge file ({error.strerror}); "
+        raise ResourceError(f"{path}: cannot read knowledge file ({error.strerror or error}); "
                             f"check the path in the config") from None
     for number, raw in enumerate(raw_lines, start=1):
         if number == 1 and raw.startswith(b"\xef\xbb\xbf"):

@@ -40,22 +40,50 @@ LOGICAL_RULES = (
 # jax itself reads JAX_COORDINATOR_ADDRESS but not the process count/id;
 # kjax passes all three, so the localhost test and real clusters share a path.
 COORDINATOR_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+DISTRIBUTED_ENV = "KJAX_DISTRIBUTED"   # 1: always initialise; 0: never (opt out)
+# Set on Cloud TPU hosts by GKE / the TPU runtime (jax's GkeTpuCluster reads the first two).
+TPU_ENV = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_ACCELERATOR_TYPE",
+           "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def on_cloud_tpu_vm() -> bool:
+    """A Cloud TPU host: TPU environment variables, or TPU chips on the PCI
+    bus (the check jax's own cloud_tpu_init makes). JAX_PLATFORMS without
+    `tpu` (a CPU run on a TPU VM) means no."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms and "tpu" not in platforms.lower():
+        return False
+    if any(os.environ.get(k) for k in TPU_ENV):
+        return True
+    try:
+        from jax._src import hardware_utils   # private, hence the guard
+        chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+        return chips > 0
+    except Exception:  # noqa: BLE001 - any failure means "no TPU found"
+        return False
 
 
 def maybe_initialize_distributed() -> None:
     """Multi-process runs (TPU pods, several GPU hosts, the 2-process CPU test)
-    need `jax.distributed.initialize()` before any other JAX call. When:
+    need `jax.distributed.initialize()` before any other JAX call. As MaxText
+    does, kjax always calls it on a Cloud TPU VM (jax finds the coordinator,
+    process count and id in the TPU metadata; one host is a job of one), and
+    elsewhere when told:
 
     - JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES=N, JAX_PROCESS_ID=i
       are set: those (any of the last two missing: jax's cluster detection);
-    - TPU_WORKER_HOSTNAMES lists several hosts (a pod slice), or
-      KJAX_DISTRIBUTED=1: jax's auto-detection (TPU metadata, SLURM, ...).
+    - KJAX_DISTRIBUTED=1: jax's cluster detection (SLURM, Open MPI, GKE, ...).
+
+    KJAX_DISTRIBUTED=0 turns all of this off (one process per host).
     """
     if jax.distributed.is_initialized():
         return
+    flag = os.environ.get(DISTRIBUTED_ENV, "").strip().lower()
+    if flag in ("0", "false", "no", "off"):
+        return
     address, count, index = (os.environ.get(k) for k in COORDINATOR_ENV)
-    multi_host_tpu = "," in os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    if not (address or multi_host_tpu or os.environ.get("KJAX_DISTRIBUTED")):
+    told = bool(address) or flag in ("1", "true", "yes", "on")
+    if not (told or on_cloud_tpu_vm()):
         return
     try:
         count = int(count) if count else None
@@ -66,8 +94,13 @@ def maybe_initialize_distributed() -> None:
     if count is not None and index is not None and not 0 <= index < count:
         raise KjaxError(f"JAX_PROCESS_ID={index} is outside 0..{count - 1} "
                         f"(JAX_NUM_PROCESSES={count})")
-    jax.distributed.initialize(coordinator_address=address or None, num_processes=count,
-                               process_id=index)
+    try:
+        jax.distributed.initialize(coordinator_address=address or None, num_processes=count,
+                                   process_id=index)
+    except (RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise KjaxError(f"jax.distributed.initialize() failed ({first}); set "
+                        f"{DISTRIBUTED_ENV}=0 to run this host as a single process") from None
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
@@ -90,10 +123,17 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
 def check_mesh(config, num_devices: int, num_processes: int = 1) -> tuple[int, int, int]:
     """The mesh shape for `num_devices`, after every check that needs no device."""
     shape = mesh_shape(config.mesh, num_devices)
+    batch_shards = shape[0] * shape[1]
+    if batch_shards % num_processes:
+        # Each process feeds only its own rows (put_batch): a batch shard whose
+        # devices sit on two hosts would get different rows from each.
+        raise KjaxError(f"mesh data={shape[0]} × fsdp={shape[1]} gives {batch_shards} batch "
+                        f"shard(s), which {num_processes} processes cannot split (mesh.tensor="
+                        f"{shape[2]} spans hosts); keep mesh.tensor within one host's "
+                        f"{num_devices // num_processes} devices")
     if config.train.batch_size % num_processes:  # each process loads its own rows
         raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{num_processes} processes; use a multiple of {num_processes}")
-    batch_shards = shape[0] * shape[1]
     if config.train.batch_size % batch_shards:
         raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{batch_shards} batch shards (mesh data×fsdp); use a multiple of "
@@ -112,8 +152,21 @@ def make_mesh(config, devices=None) -> jax.sharding.Mesh:
     devices = devices if devices is not None else jax.devices()
     processes = len({d.process_index for d in devices})
     shape = check_mesh(config, len(devices), processes)
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+    mesh = jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices)
+    check_batch_layout(mesh)
+    return mesh
+
+
+def check_batch_layout(mesh) -> None:
+    """Every batch shard (a data×fsdp index) on the devices of one process:
+    what check_mesh's arithmetic implies, checked on jax's actual layout."""
+    for index in np.ndindex(*mesh.devices.shape[:2]):
+        owners = sorted({d.process_index for d in mesh.devices[index].flat})
+        if len(owners) > 1:
+            raise KjaxError(f"batch shard {index} of the mesh spans processes {owners}: each "
+                            f"process must feed whole batch shards; keep mesh.tensor within "
+                            f"one host's devices")
 
 
 def logical_sharding(mesh, logical_specs):

@@ -1,8 +1,7 @@
 """Corpus reading in BERT's format: one sentence per line, a blank line
 between documents. Plain files, globs and `.gz`; streamed line by line.
-Remote paths (`gs://`, `s3://`, `hdfs://`: any `scheme://`) are read through
-Apache Beam's FileSystems (`pip install 'kjax[beam]'`), and a
-`tfds:NAME/CONFIG:SPLIT` part reads a prepared TFDS dataset
+Local paths and URLs (`gs://bucket/corpus/*.txt.gz`) alike go through
+kjax/paths.py, and a `tfds:NAME/CONFIG:SPLIT` part reads a prepared TFDS dataset
 (kjax/text/tfds_source.py): each source stands in for a file.
 
 A line that does not decode as UTF-8, or holds NUL bytes, is counted and
@@ -18,7 +17,8 @@ import os
 import unicodedata
 from typing import Iterator
 
-from kjax.errors import KjaxError, import_extra
+from kjax import paths
+from kjax.errors import KjaxError
 from kjax.text.tfds_source import TfdsSource, document_lines, is_tfds_spec, iter_texts, parse_spec
 
 DEMO_CORPUS = "konlpy"
@@ -37,25 +37,15 @@ def demo_corpus_files() -> list[str]:
     return files
 
 
-def is_url(path: str) -> bool:
-    return "://" in path
-
-
-def beam_filesystems():
-    return import_extra("apache_beam.io.filesystems", "reading remote paths (scheme://)",
-                        "beam").FileSystems
-
-
 def _match(part: str) -> list[tuple[str, int]]:
     """(path, size) of the files a path/glob names, sorted by path."""
-    if is_url(part):
-        try:
-            found = beam_filesystems().match([part])[0].metadata_list
-        except Exception as e:  # BeamIOError: missing bucket, no credentials, ...
-            raise KjaxError(f"data.corpus: cannot list {part!r} ({e})") from None
-        return sorted((m.path, m.size_in_bytes) for m in found)
-    return [(f, os.path.getsize(f)) for f in sorted(glob.glob(os.path.expanduser(part)))
-            if os.path.isfile(f)]
+    try:
+        return paths.glob(part)
+    except KjaxError:
+        raise
+    except Exception as e:  # a missing bucket, no credentials, ...
+        raise KjaxError(f"data.corpus: cannot list {part!r} ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:200] if str(e) else ''})") from None
 
 
 def resolve_corpus(spec: str, tfds_data_dir: str | None = None) -> list:
@@ -118,8 +108,7 @@ class CorpusStats:
 
 def _open(path: str):
     # .gz is decompressed here for local and remote files alike (one code path).
-    raw = beam_filesystems().open(path, compression_type="uncompressed") if is_url(path) \
-        else open(path, "rb")
+    raw = paths.open_file(path, "rb")
     return gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
 
 

@@ -10,8 +10,10 @@ All three encode a sentence into the same per-token arrays
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece
@@ -44,7 +46,6 @@ def train_tokenizer(config) -> tuple[str, CorpusStats]:
                                t.character_coverage, t.input_sentence_size)
     else:
         from kjax.tokens.multihot import MultihotTokenizer
-        os.makedirs(os.path.dirname(os.path.abspath(t.path)), exist_ok=True)
         # vocab_size is the BPE size before rewriting; the final vocabulary is
         # smaller (duplicates merge) plus syllable/digit/letter tokens (§2.1).
         MultihotTokenizer.train(sentences, tokenizer_file(config), t.vocab_size,
@@ -57,7 +58,7 @@ def open_tokenizer(config):
     t = config.tokenizer
     check_scheme(t.scheme)
     path = tokenizer_file(config)
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
         raise KjaxError(f"tokenizer {path!r} not found; run `kjax tokenizer train --config ...` "
                         f"first (tokenizer.scheme={t.scheme})")
     if t.scheme == "sentencepiece":
@@ -74,6 +75,35 @@ def load_tokenizer(config):
     if tok.vocab_size != config.model.vocab_size:
         raise KjaxError(
             f"model.vocab_size={config.model.vocab_size} disagrees with the tokenizer "
-            f"{os.path.abspath(tokenizer_file(config))} ({tok.vocab_size} tokens); set "
+            f"{_shown(tokenizer_file(config))} ({tok.vocab_size} tokens); set "
             f"--config.model.vocab_size={tok.vocab_size} or retrain the tokenizer")
     return tok
+
+
+def _shown(path: str) -> str:
+    return path if paths.is_remote(path) else os.path.abspath(path)
+
+
+# Every file a scheme's tokenizer consists of, by suffix after tokenizer.path.
+TOKENIZER_SUFFIXES = {"sentencepiece": (".model", ".vocab"), "morph-sp": (".model", ".vocab"),
+                      "multihot": (".multihot.txt", ".multihot.txt.json")}
+
+
+@contextlib.contextmanager
+def local_tokenizer(config):
+    """`config` itself when tokenizer.path is local; else a copy whose
+    tokenizer.path points at a temporary local download of the tokenizer's
+    files (for tools that need local files: transformers' save_pretrained)."""
+    t = config.tokenizer
+    if not paths.is_remote(t.path) or not paths.isfile(tokenizer_file(config)):
+        yield config   # (a missing tokenizer is reported under its real name)
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="kjax-tok-") as tmp:
+        prefix = os.path.join(tmp, paths.name(t.path))
+        for suffix in TOKENIZER_SUFFIXES.get(t.scheme, ()):
+            if paths.isfile(t.path + suffix):
+                paths.download(t.path + suffix, prefix + suffix)
+        local = config.copy_and_resolve_references()
+        local.tokenizer.path = prefix
+        yield local

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import tag_id
@@ -74,10 +75,18 @@ class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
         if model_type not in ("unigram", "bpe"):
             raise KjaxError(f"morph-sp model_type={model_type!r}; choose unigram or bpe")
         analyzer = analyzer or KoreanAnalyzer()
-        os.makedirs(os.path.dirname(os.path.abspath(model_prefix)), exist_ok=True)
+        with paths.staged_prefix(model_prefix) as local_prefix:  # a URL: uploaded after
+            cls._train(_training_lines(sentences, analyzer, num_workers), local_prefix,
+                       vocab_size, model_type, character_coverage, input_sentence_size,
+                       num_threads)
+        return cls(model_prefix + ".model", analyzer)
+
+    @staticmethod
+    def _train(lines, model_prefix, vocab_size, model_type, character_coverage,
+               input_sentence_size, num_threads) -> None:
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=_training_lines(sentences, analyzer, num_workers),
+                sentence_iterator=lines,
                 model_prefix=model_prefix, vocab_size=vocab_size, model_type=model_type,
                 character_coverage=character_coverage,
                 input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
@@ -92,7 +101,6 @@ class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
             raise KjaxError(f"morph-sp training failed ({e}); vocab_size={vocab_size} does not "
                             f"fit this corpus: change tokenizer.vocab_size as the message "
                             f"says") from None
-        return cls(model_prefix + ".model", analyzer)
 
     def encode_morphemes(self, morphemes: Sequence[Morpheme]) -> dict[str, np.ndarray]:
         units = morpheme_units(morphemes)

@@ -34,6 +34,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import PREDICATE_TAGS, TAGS, base_tag, tag_id
@@ -239,25 +240,20 @@ class MultihotVocab:
 
     # ---- files: one token a line + `<path>.json` settings ------------------
     def save(self, path: str) -> None:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write("\n".join(self.tokens) + "\n")
+        paths.write_text(path, "\n".join(self.tokens) + "\n")   # local or a URL
         header = {"format": FORMAT, "version": 1, "size": len(self), **self.settings}
-        with open(path + ".json", "w", encoding="utf-8") as f:
-            json.dump(header, f, ensure_ascii=False, indent=1)
+        paths.write_text(path + ".json", json.dumps(header, ensure_ascii=False, indent=1))
 
     @classmethod
     def load(cls, path: str) -> "MultihotVocab":
-        if not os.path.isfile(path):
+        if not paths.isfile(path):
             raise KjaxError(f"multi-hot vocabulary {path!r} not found; build it with "
                             f"`kjax tokenizer train` (tokenizer.scheme=multihot)")
-        with open(path, encoding="utf-8", newline="") as f:
-            lines = f.read().split("\n")   # not splitlines(): tokens may hold U+2028 etc.
+        lines = paths.read_text(path).split("\n")   # not splitlines(): tokens may hold U+2028
         tokens = [t.rstrip("\r") for t in (lines[:-1] if lines[-1] == "" else lines)]
         settings = {}
-        if os.path.isfile(path + ".json"):
-            with open(path + ".json", encoding="utf-8") as f:
-                settings = json.load(f)
+        if paths.isfile(path + ".json"):
+            settings = paths.read_json(path + ".json")
             if settings.get("format") != FORMAT or settings.get("size") != len(tokens):
                 raise KjaxError(f"{path}.json describes format={settings.get('format')!r} "
                                 f"size={settings.get('size')}, but {path} has {len(tokens)} "

@@ -19,6 +19,7 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
+from kjax import paths
 from kjax.errors import KjaxError
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
@@ -31,8 +32,17 @@ WORD_START = "\u2581"  # sentencepiece's ▁: this piece starts a whitespace wor
 def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size: int,
                         model_type: str = "unigram", character_coverage: float = 0.9995,
                         input_sentence_size: int = 2_000_000, user_symbols=()) -> str:
-    """Trains a model whose ids 0..4 are kjax's special tokens."""
-    os.makedirs(os.path.dirname(os.path.abspath(model_prefix)), exist_ok=True)
+    """Trains a model whose ids 0..4 are kjax's special tokens; writes
+    `model_prefix`.model/.vocab (sentencepiece writes local files: a URL
+    prefix gets them uploaded, kjax/paths.py)."""
+    with paths.staged_prefix(model_prefix) as local_prefix:
+        _train(sentences, local_prefix, vocab_size, model_type, character_coverage,
+               input_sentence_size, user_symbols)
+    return model_prefix + ".model"
+
+
+def _train(sentences, model_prefix, vocab_size, model_type, character_coverage,
+           input_sentence_size, user_symbols) -> None:
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences), model_prefix=model_prefix,
@@ -48,7 +58,6 @@ def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size:
     except RuntimeError as e:
         raise KjaxError(f"sentencepiece training failed ({e}); a vocabulary of {vocab_size} "
                         f"may be too large for this corpus: lower tokenizer.vocab_size") from None
-    return model_prefix + ".model"
 
 
 class SentencePieceTokenizer:
@@ -56,11 +65,11 @@ class SentencePieceTokenizer:
     TRAIN_HINT = "`kjax tokenizer train --config ...`"   # how to make the model file
 
     def __init__(self, model_file: str):
-        if not os.path.isfile(model_file):
+        if not paths.isfile(model_file):
             raise KjaxError(f"tokenizer model {model_file!r} not found; run "
                             f"{self.TRAIN_HINT} first")
-        self.model_file = model_file
-        self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        self.model_file = model_file   # local or a URL: read through kjax/paths.py
+        self.sp = spm.SentencePieceProcessor(model_proto=paths.read_bytes(model_file))
         for i, piece in enumerate(SPECIAL_TOKENS):
             if self.sp.id_to_piece(i) != piece:
                 raise KjaxError(f"{model_file}: id {i} is {self.sp.id_to_piece(i)!r}, not "

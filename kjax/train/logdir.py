@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from kjax import paths
+
 LOCAL_MIRRORS = os.environ.get("KJAX_LOCAL_LOGS", os.path.join("runs", "remote_logs"))
 
 
@@ -30,30 +32,33 @@ def local_log_dir(workdir: str) -> str:
     return os.path.join(LOCAL_MIRRORS, f"{name}-{digest}")
 
 
-def _copy_tree(src, dst) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
-    for item in src.iterdir():
-        if item.is_dir():
-            _copy_tree(item, dst / item.name)
-        else:
-            item.copy(dst / item.name, overwrite=True)
-
-
 def push_logs(workdir: str) -> None:
     """Local mirror → WORKDIR/logs (whole small files, overwritten)."""
     if not is_remote(workdir):
         return
-    from etils import epath
-    local = epath.Path(local_log_dir(workdir))
-    if local.exists():
-        _copy_tree(local, epath.Path(workdir) / "logs")
+    local = local_log_dir(workdir)
+    if os.path.isdir(local):
+        paths.copy_tree(local, paths.join(workdir, "logs"))
 
 
 def pull_logs(workdir: str) -> None:
     """WORKDIR/logs → the local mirror, when this machine has none (a resumed run)."""
     if not is_remote(workdir):
         return
-    from etils import epath
-    local, remote = epath.Path(local_log_dir(workdir)), epath.Path(workdir) / "logs"
-    if not local.exists() and remote.exists():
-        _copy_tree(remote, local)
+    local, remote = local_log_dir(workdir), paths.join(workdir, "logs")
+    if not os.path.exists(local) and paths.isdir(remote):
+        paths.copy_tree(remote, local)
+
+
+def read_run_metrics(workdir: str) -> list[dict]:
+    """The metrics rows of a run, wherever its workdir is (for readers such
+    as `kjax export`'s model card; a gs:// run keeps them in WORKDIR/logs)."""
+    from kjax.train.metrics import read_metrics
+    if not is_remote(workdir):
+        return read_metrics(workdir)
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="kjax-logs-") as tmp:
+        remote = paths.join(workdir, "logs", "metrics.jsonl")
+        if paths.isfile(remote):
+            paths.download(remote, os.path.join(tmp, "metrics.jsonl"))
+        return read_metrics(tmp)

@@ -1,0 +1,1 @@
+"""Fine-tuning a pretrained kjax encoder on KLUE-style tasks (`kjax finetune`)."""

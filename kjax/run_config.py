@@ -1,0 +1,117 @@
+"""The config a workdir was trained with, kept in the workdir.
+
+`kjax train` writes the resolved config (file + overrides, every key) to
+WORKDIR/kjax_config.py at the first step of each session (process 0; on
+gs:// too). It is an ordinary config file: `--config WORKDIR/kjax_config.py`
+loads it. eval, export, analyze, finetune (--init) and inspect read it when
+no --config is given, and when one is given that differs, they say which
+keys differ (stderr), so a mismatch is visible before any checkpoint is
+restored. `kjax import` writes the same file for an imported model.
+"""
+from __future__ import annotations
+
+import pprint
+import sys
+
+from kjax import paths
+from kjax.config import ConfigDict, load_config
+from kjax.errors import KjaxError
+
+RECORDED_CONFIG = "kjax_config.py"
+MAX_SHOWN = 8   # differing keys named in one note
+
+
+def recorded_config_path(workdir: str) -> str:
+    return paths.join(workdir, RECORDED_CONFIG)
+
+
+def config_file_text(config: ConfigDict, header: str) -> str:
+    """A config file (`get_config()` returning every key) with a docstring."""
+    body = "\n".join(f"    c.{key} = {pprint.pformat(value, indent=1, width=90)}"
+                     .replace("\n", "\n" + " " * 8)
+                     for key, value in config.to_dict().items())
+    return (f'"""{header}"""\nfrom kjax.config import ConfigDict\n\n\n'
+            f"def get_config():\n    c = ConfigDict()\n{body}\n    return c\n")
+
+
+def write_config_file(config: ConfigDict, path: str, header: str) -> None:
+    paths.write_text(path, config_file_text(config, header))
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, (dict, ConfigDict)):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def config_differences(old: ConfigDict, new: ConfigDict) -> list[str]:
+    """`key: old → new` for every leaf that differs, in key order."""
+    a, b = _flat(old.to_dict()), _flat(new.to_dict())
+    return [f"{k}: {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+
+
+def _summary(diffs: list[str]) -> str:
+    more = f"; and {len(diffs) - MAX_SHOWN} more" if len(diffs) > MAX_SHOWN else ""
+    return "; ".join(diffs[:MAX_SHOWN]) + more
+
+
+def note(message: str) -> None:
+    print(f"kjax: note: {message}", file=sys.stderr, flush=True)
+
+
+def record_config(config: ConfigDict, workdir: str) -> str:
+    """Writes WORKDIR/kjax_config.py (what this session trains with), saying
+    which keys changed if an earlier session recorded another config."""
+    path = recorded_config_path(workdir)
+    if paths.isfile(path):
+        try:
+            diffs = config_differences(load_config(path), config)
+        except KjaxError:   # unreadable: it is replaced below
+            diffs = ["(the previous file did not load)"]
+        if diffs:
+            note(f"{workdir} was trained with another config before; {path} now records "
+                 f"this one ({_summary(diffs)})")
+    write_config_file(config, path, f"The resolved config `kjax train` ran with in {workdir}\n"
+                                     f"(written at its first step). Load it with "
+                                     f"--config {path}.")
+    return path
+
+
+def workdir_of(path: str) -> str:
+    """The run folder of a workdir, WORKDIR/checkpoints or WORKDIR/checkpoints/STEP."""
+    path = path.rstrip("/") or path
+    if paths.name(path).isdigit() and paths.name(paths.parent(path)) == "checkpoints":
+        return paths.parent(paths.parent(path))
+    if paths.name(path) == "checkpoints":
+        return paths.parent(path)
+    return path
+
+
+def load_run_config(config_path: str | None, overrides: list[str],
+                    workdir: str | None) -> ConfigDict:
+    """The config for a verb that works on a run: --config (+ overrides) when
+    given, noting keys that differ from the run's recorded config; else the
+    recorded config (+ overrides)."""
+    recorded = recorded_config_path(workdir_of(workdir)) if workdir else None
+    has_recorded = bool(recorded) and paths.isfile(recorded)
+    if config_path is None:
+        if not has_recorded:
+            where = f"{workdir} has no {RECORDED_CONFIG}" if workdir else "no --workdir given"
+            raise KjaxError(f"pass --config FILE ({where}; `kjax train` records the config of "
+                            f"a run there at its first step)")
+        config = load_config(recorded, overrides)
+        shown = f" with {' '.join(overrides)}" if overrides else ""
+        note(f"using the config recorded in {recorded}{shown}")
+        return config
+    config = load_config(config_path, overrides)
+    if has_recorded:
+        diffs = config_differences(load_config(recorded), config)
+        if diffs:
+            note(f"this config differs from the one {workdir_of(workdir)} was trained with "
+                 f"({recorded}): {_summary(diffs)}; leave out --config to use that one")
+    return config

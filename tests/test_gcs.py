@@ -1,0 +1,128 @@
+"""gs:// for real: kjax/paths.py and the verbs end to end against a local GCS
+emulator (fake-gcs-server, tests/gcs.py), through the same gcsfs/epath path
+production uses. (prepare-beam on gs://: tests/test_beam.py; two processes and
+the wheel: tests/test_wheel.py.)"""
+import json
+import os
+
+import pytest
+
+from conftest import DEMO_CONFIG, tiny_overrides
+from gcs import local_gs_folders
+from kjax import paths
+from kjax.cli import main
+
+
+def test_the_file_layer_on_gcs(gs_root, tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    paths.write_json(f"{gs_root}/a/x.json", {"k": "값"})
+    assert paths.read_json(f"{gs_root}/a/x.json") == {"k": "값"}
+    assert paths.isfile(f"{gs_root}/a/x.json") and paths.isdir(f"{gs_root}/a")
+    assert not paths.exists(f"{gs_root}/a/y.json") and paths.listdir(f"{gs_root}/none") == []
+    paths.write_text(f"{gs_root}/a/b/y.txt", "둘")
+    assert paths.listdir(f"{gs_root}/a") == ["b", "x.json"]
+    assert paths.glob(f"{gs_root}/a/*.json") == [(f"{gs_root}/a/x.json",
+                                                  len(paths.json_bytes({"k": "값"})))]
+    assert paths.glob(f"{gs_root}/a/*/*.txt") == [(f"{gs_root}/a/b/y.txt", 3)]
+    with paths.staged_dir(f"{gs_root}/out") as local:       # tools that write local files
+        open(os.path.join(local, "f.txt"), "w").write("f")
+        os.makedirs(os.path.join(local, "sub"))
+        open(os.path.join(local, "sub", "g.txt"), "w").write("g")
+    assert paths.walk_files(f"{gs_root}/out") == ["f.txt", "sub/g.txt"]
+    paths.copy_tree(f"{gs_root}/out", str(tmp_path / "back"))
+    assert open(tmp_path / "back" / "sub" / "g.txt").read() == "g"
+    # The shard cache: one download per version of an object.
+    first = paths.cached_copy(f"{gs_root}/a/b/y.txt", "shards")
+    assert first.startswith(str(tmp_path / "cache")) and open(first).read() == "둘"
+    assert paths.cached_copy(f"{gs_root}/a/b/y.txt", "shards") == first
+    paths.write_text(f"{gs_root}/a/b/y.txt", "셋!")
+    second = paths.cached_copy(f"{gs_root}/a/b/y.txt", "shards")
+    assert second != first and open(second).read() == "셋!"
+    paths.remove(f"{gs_root}/a/x.json")
+    assert not paths.exists(f"{gs_root}/a/x.json")
+    assert not local_gs_folders(tmp_path) and not local_gs_folders(os.getcwd())
+
+
+def upload_demo_corpus(gs_root) -> str:
+    from kjax.text.corpus import demo_corpus_files
+    for f in demo_corpus_files():
+        paths.upload(f, f"{gs_root}/corpus/{os.path.basename(os.path.dirname(f))}-"
+                        f"{os.path.basename(f)}")
+    return f"{gs_root}/corpus/*.txt"
+
+
+def gs_overrides(gs_root, corpus, **extra) -> list[str]:
+    return [*tiny_overrides("unused", **extra),
+            f"--config.tokenizer.path={gs_root}/tok/sp", f"--config.data.dir={gs_root}/examples",
+            f"--config.data.corpus={corpus}"]
+
+
+def last_json(out: str) -> dict:
+    return json.loads(out[out.rindex("\n{") + 1:] if "\n{" in out else out)
+
+
+@pytest.mark.slow
+def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch, capsys):
+    """Every path on gs://: tokenizer, prepare, train --stop-at, resume with the
+    recorded config (no --config), eval, export. Nothing is written to a local
+    folder named `gs:`; the shards are read from this host's cache."""
+    from kjax.config import load_config
+    from kjax.train import logdir
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(logdir, "LOCAL_MIRRORS", str(tmp_path / "mirror"))
+    ov = gs_overrides(gs_root, upload_demo_corpus(gs_root))
+    work = f"{gs_root}/runs/tiny"
+    assert main(["tokenizer", "train", "--config", DEMO_CONFIG, *ov]) == 0
+    assert paths.isfile(f"{gs_root}/tok/sp.model") and paths.isfile(f"{gs_root}/tok/sp.vocab")
+    assert main(["prepare", "--config", DEMO_CONFIG, *ov]) == 0
+    meta = paths.read_json(f"{gs_root}/examples/meta.json")
+    assert meta["documents"] == 11 and meta["train_examples"] > 0
+    assert main(["prepare", "--config", DEMO_CONFIG, *ov]) == 0      # resumes: all reused
+    assert last_json(capsys.readouterr().out)["chunks_reused"] == meta["chunks"]
+
+    assert main(["train", "--config", DEMO_CONFIG, *ov, "--workdir", work, "--stop-at", "3"]) == 0
+    assert paths.listdir(f"{work}/checkpoints") == ["3"]
+    recorded = f"{work}/kjax_config.py"            # written at the first step, loadable
+    assert load_config(recorded).data.dir == f"{gs_root}/examples"
+    capsys.readouterr()
+    assert main(["train", "--workdir", work]) == 0                    # the recorded config
+    captured = capsys.readouterr()
+    assert f"using the config recorded in {recorded}" in captured.err
+    assert last_json(captured.out)["final_step"] == 6
+    assert sorted(paths.listdir(f"{work}/checkpoints")) == ["3", "6"]
+    goodput = paths.read_json(f"{work}/logs/goodput.json")
+    assert (goodput["sessions"], goodput["restarts"]) == (2, 1)
+    assert os.listdir(tmp_path / "cache" / "shards")                  # read from the cache
+
+    assert main(["eval", "--workdir", work]) == 0
+    result = last_json(capsys.readouterr().out)
+    assert result["step"] == 6 and 0 < result["mlm_loss"] < 10
+    out = f"{gs_root}/export"
+    assert main(["export", "--workdir", work, "--out", out]) == 0
+    exported = paths.listdir(out)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "README.md",
+                 "kjax_export.json"):
+        assert name in exported, exported
+    assert paths.read_json(f"{out}/kjax_export.json")["verified_max_abs_diff"]
+    assert not local_gs_folders(tmp_path) and not local_gs_folders(os.getcwd())
+
+
+def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
+    """eval/export/... name the keys in which --config differs from the run's
+    recorded config; without --config and without a record: a one-line error."""
+    from kjax.config import load_config
+    from kjax.run_config import load_run_config, record_config
+    work = f"{gs_root}/run"
+    trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
+    record_config(trained, work)
+    assert load_config(f"{work}/kjax_config.py").to_dict() == trained.to_dict()
+    again = load_run_config(DEMO_CONFIG, ["--config.train.num_steps=700"], work)
+    err = capsys.readouterr().err
+    assert "model.hidden_size: 128 → 64" not in err and "model.hidden_size: 64 → 128" in err
+    assert "train.num_steps: 300 → 700" in err and again.model.hidden_size == 128
+    assert load_run_config(None, [], work).model.hidden_size == 64
+    assert "using the config recorded in" in capsys.readouterr().err
+    assert main(["eval", "--workdir", f"{gs_root}/empty"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pass --config FILE" in err and "kjax_config.py" in err
