@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast clean
+.PHONY: venv demo demo-uknowbert test test-fast wheel-check clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +28,26 @@ venv: $(DEV)
 
 # A real small pretraining on CPU on the embedded Korean corpus (see README).
 # `make demo DEMO_ARGS=--uknowbert`: UKnowBERT-S (tiny) with all five objectives.
+# Each demo has its own run folder (runs/demo, runs/demo_uknowbert, ...); run
+# again, it continues that run and deletes nothing.
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(VENV)/bin/kjax demo --workdir runs/demo $(DEMO_ARGS)
+	$(VENV)/bin/kjax demo $(DEMO_ARGS)
 
 demo-uknowbert: $(STAMP)
-	$(VENV)/bin/kjax demo --workdir runs/demo_uknowbert --uknowbert
+	$(VENV)/bin/kjax demo --uknowbert
+
+# The wheel as users install it: built, installed into a fresh venv (not this
+# checkout), every verb's --help and a 3-step train from a folder outside the
+# repository. CI runs it after `make test` (.ci/run).
+WHEEL_DIR := build/wheel-check
+wheel-check: $(STAMP)
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(PIP) wheel --no-deps -q -w $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/pip install -q --upgrade pip
+	$(WHEEL_DIR)/venv/bin/pip install -q $(WHEEL_DIR)/dist/kjax-*.whl
+	cd $(WHEEL_DIR) && bash $(CURDIR)/.ci/wheel_smoke.sh $(CURDIR)/$(WHEEL_DIR)/venv
 
 test: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --durations=10

@@ -213,10 +213,13 @@ def download(path: str, local_file: str) -> None:
     os.replace(tmp, local_file)
 
 
-def copy_tree(src: str, dst: str) -> None:
+def copy_tree(src: str, dst: str, skip: tuple[str, ...] = ()) -> None:
     """Every file under `src` to the same relative place under `dst`
-    (local or remote on either side; existing files are overwritten)."""
+    (local or remote on either side; existing files are overwritten), but
+    those whose relative path starts with one of `skip`."""
     for rel in walk_files(src):
+        if rel.startswith(skip):
+            continue
         source, target = join(src, *rel.split("/")), join(dst, *rel.split("/"))
         if is_remote(source):
             download(source, target) if not is_remote(target) else \

@@ -64,8 +64,9 @@ def last_json(out: str) -> dict:
 @pytest.mark.slow
 def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch, capsys):
     """Every path on gs://: tokenizer, prepare, train --stop-at, resume with the
-    recorded config (no --config), eval, export. Nothing is written to a local
-    folder named `gs:`; the shards are read from this host's cache."""
+    recorded config (no --config), eval, export, analyze, finetune (--init the
+    gs:// run, data and outputs on gs://). Nothing is written to a local folder
+    named `gs:`; the shards are read from this host's cache."""
     from kjax.config import load_config
     from kjax.train import logdir
     monkeypatch.chdir(tmp_path)
@@ -105,6 +106,24 @@ def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch,
                  "kjax_export.json"):
         assert name in exported, exported
     assert paths.read_json(f"{out}/kjax_export.json")["verified_max_abs_diff"]
+
+    # analyze and finetune read the run's recorded config too, and write to gs://.
+    assert main(["analyze", "--workdir", work, "--text", "대한민국은 민주공화국이다.",
+                 "--out", f"{gs_root}/analysis"]) == 0
+    assert "report.json" in paths.listdir(f"{gs_root}/analysis")
+    from test_finetune import synthetic
+    for split, seed in (("train", 0), ("dev", 1)):
+        paths.write_text(f"{gs_root}/task/{split}.jsonl", "".join(
+            json.dumps(r, ensure_ascii=False) + "\n" for r in synthetic("classify", 32, seed)))
+    ft = f"{gs_root}/ft"
+    assert main(["finetune", "--init", work, "--task", "classify", "--out", ft,
+                 "--train", f"{gs_root}/task/train.jsonl", "--dev", f"{gs_root}/task/dev.jsonl",
+                 "--config.finetune.epochs=1", "--config.finetune.batch_size=16",
+                 "--config.finetune.max_seq_len=32"]) == 0
+    assert f"using the config recorded in {recorded}" in capsys.readouterr().err
+    assert {"summary.json", "summary.md", "metrics.json", "metrics.jsonl", "predictions_dev.jsonl",
+            "learning_curve.png", "checkpoints"} <= set(paths.listdir(ft))
+    assert paths.read_json(f"{ft}/summary.json")["init"] == work
     assert not local_gs_folders(tmp_path) and not local_gs_folders(os.getcwd())
 
 

@@ -34,10 +34,12 @@ def register(verbs, add_config) -> None:
 
 
 def run_analyze(args, config) -> int:
+    from kjax import paths
     from kjax.analysis.report import analyze, read_texts
     texts = read_texts(args.texts, args.text, args.max_texts)
-    report = analyze(config, args.workdir, args.out, texts, step=args.step, bf=args.bf,
-                     sentence_index=args.sentence_index, batch_size=args.batch_size)
+    with paths.staged_dir(args.out) as out:   # a gs:// --out: written here, then uploaded
+        report = analyze(config, args.workdir, out, texts, step=args.step, bf=args.bf,
+                         sentence_index=args.sentence_index, batch_size=args.batch_size)
     print(json.dumps(headline(report, args.out), ensure_ascii=False, indent=2))
     return 0
 

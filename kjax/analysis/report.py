@@ -17,6 +17,7 @@ import os
 import jax
 import numpy as np
 
+from kjax import paths
 from kjax.analysis import inputs as text_inputs
 from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman_per_head
 from kjax.checkpoint.restore import restore_params
@@ -46,11 +47,10 @@ POOLING = {
 def read_texts(path: str | None, texts: list[str] | None, max_texts: int | None) -> list[str]:
     lines = list(texts or [])
     if path:
-        if not os.path.isfile(path):
+        if not paths.isfile(path):
             raise KjaxError(f"--texts {path!r} not found; pass a UTF-8 file with one text per "
                             f"line (a tab separates the two segments of a pair)")
-        with open(path, encoding="utf-8") as f:
-            lines += f.read().splitlines()
+        lines += paths.read_text(path).splitlines()
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise KjaxError("no texts to analyse: pass --texts FILE (one text per line) or "
@@ -212,7 +212,8 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
         runs["shaken"] = shaken_bf
     os.makedirs(out_dir, exist_ok=True)
     report = {
-        "checkpoint": {"workdir": os.path.abspath(workdir), "step": int(step)},
+        "checkpoint": {"workdir": workdir if paths.is_remote(workdir) else
+                       os.path.abspath(workdir), "step": int(step)},
         "model": {"layers": layers, "heads": config.model.num_heads,
                   "hidden_size": config.model.hidden_size, "scheme": config.tokenizer.scheme,
                   "input_mode": config.model.input_mode, "shake_variant": config.shake.variant},

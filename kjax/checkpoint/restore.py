@@ -16,8 +16,9 @@ def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict,
     from kjax.checkpoint.manager import Checkpointer
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import abstract_state, make_model, make_optimizer
-    directory = os.path.join(workdir, "checkpoints")
-    if "://" not in directory and not os.path.isdir(directory):
+    from kjax import paths
+    directory = paths.join(workdir, "checkpoints")
+    if not paths.isdir(directory):   # local or gs:// (kjax/paths.py)
         raise KjaxError(f"no checkpoints in {directory}; train first (`kjax train --workdir "
                         f"{workdir}`) or pass the --workdir that holds them")
     t = config.train

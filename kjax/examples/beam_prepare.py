@@ -37,7 +37,7 @@ import shutil
 import tempfile
 
 from kjax import paths
-from kjax.errors import KjaxError, import_extra
+from kjax.errors import import_extra
 from kjax.text.corpus import CorpusStats, iter_documents
 
 # kjax.examples.prepare / records are imported where used: they load flax and

@@ -87,7 +87,8 @@ def handle(args, config) -> int:
     if summary["unfinished"]:
         print(f"stopped at step {args.stop_at}: {', '.join(summary['unfinished'])}; "
               f"run the same command again to resume")
-    print(f"results in {os.path.abspath(args.out)} (summary.json, metrics.json, predictions, "
+    shown = args.out if "://" in args.out else os.path.abspath(args.out)
+    print(f"results in {shown} (summary.json, metrics.json, predictions, "
           f"learning_curve.png)")
     return 0
 

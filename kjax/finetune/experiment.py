@@ -10,11 +10,11 @@ reports mean ± std over seeds per (fine-tune bf, inference bf).
 from __future__ import annotations
 
 import copy
-import os
 
 import jax
 import numpy as np
 
+from kjax import paths
 from kjax.config import ConfigDict
 from kjax.errors import KjaxError
 from kjax.finetune.config import validate_finetune
@@ -121,7 +121,7 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
         for seed in seeds:
             parts = ([f"ft{bf_key(bf_train)}"] if sweep else []) + \
                 ([f"seed{seed}"] if len(seeds) > 1 else [])
-            run_dir = os.path.join(out, *parts)
+            run_dir = paths.join(out, *parts)
             result = run_one(tuner, seed, bf_train, infers, run_dir, progress, stop_at)
             if "results" in result:
                 runs.append(result)
@@ -134,9 +134,8 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned)
     if jax.process_index() == 0:
-        write_json(os.path.join(out, "summary.json"), summary)
-        with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
-            f.write(summary["table"] + "\n")
+        write_json(paths.join(out, "summary.json"), summary)
+        paths.write_text(paths.join(out, "summary.md"), summary["table"] + "\n")
     return summary
 
 

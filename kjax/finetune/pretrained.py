@@ -12,6 +12,7 @@ import os
 
 import jax
 
+from kjax import paths
 from kjax.checkpoint.manager import Checkpointer
 from kjax.errors import KjaxError
 from kjax.train.state import abstract_state, make_model, make_optimizer
@@ -23,17 +24,17 @@ def resolve_checkpoint(path: str) -> tuple[str, int]:
     """(checkpoints directory, step) for an --init path."""
     hint = ("pass the pretraining --workdir, its checkpoints/ directory or checkpoints/STEP "
             "(or --init none for random weights)")
-    if not os.path.exists(path):
+    if not paths.exists(path):
         raise KjaxError(f"--init {path}: no such file or directory; {hint}")
-    base = os.path.basename(os.path.normpath(path))
+    path = path.rstrip("/") if paths.is_remote(path) else os.path.normpath(path)
+    base = paths.name(path)
     if base.isdigit():
-        directory, step = os.path.dirname(os.path.normpath(path)), int(base)
+        directory, step = paths.parent(path), int(base)
     else:
-        directory = os.path.join(path, "checkpoints") if os.path.isdir(
-            os.path.join(path, "checkpoints")) else path
+        directory = paths.join(path, "checkpoints") if paths.isdir(
+            paths.join(path, "checkpoints")) else path
         step = None
-    steps = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
-        if os.path.isdir(directory) else []
+    steps = sorted(int(d) for d in paths.listdir(directory) if d.isdigit())
     if not steps:
         raise KjaxError(f"--init {path}: no checkpoint steps in {directory}; {hint}")
     if step is None:

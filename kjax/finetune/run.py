@@ -17,12 +17,14 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from kjax import paths
 from kjax.checkpoint.manager import Checkpointer
 from kjax.errors import KjaxError
 from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
 from kjax.finetune.trainer import FineTuner, bf_key, on_mesh, write_json
 from kjax.parallel.mesh import put_batch
+from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import MetricWriter
 
 
@@ -31,8 +33,13 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
     """Trains (or resumes) one run and evaluates it; returns its metrics.json."""
     ft = tuner.ft
     primary = jax.process_index() == 0
-    os.makedirs(out_dir, exist_ok=True)
-    ckpt = Checkpointer(os.path.join(out_dir, "checkpoints"),
+    # Outputs other than checkpoints are written to `logs`: out_dir itself, or a
+    # local mirror of a gs:// --out copied up at the end (kjax/train/logdir.py).
+    logs = local_log_dir(out_dir)
+    if primary:
+        pull_logs(out_dir, into="")
+        os.makedirs(logs, exist_ok=True)
+    ckpt = Checkpointer(paths.join(out_dir, "checkpoints"),
                         ft.checkpoint_every or tuner.eval_every, ft.keep_checkpoints)
     latest = ckpt.latest_step()
     keys = [bf_key(bf) for bf in bf_infers]
@@ -54,10 +61,10 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                 ckpt.close()
                 raise
         start = int(jax.device_get(state["step"]))
-        writer = MetricWriter(out_dir, enabled=primary)
+        writer = MetricWriter(logs, enabled=primary)
         train_step = tuner.train_step(bf_train)
         bar = tqdm(total=tuner.total_steps, initial=start,
-                   desc=f"finetune {os.path.basename(out_dir)}",
+                   desc=f"finetune {paths.name(out_dir)}",
                    disable=not (progress and primary))
         began, step = time.perf_counter(), start
         done = progress_state["stopped"] or start >= tuner.total_steps
@@ -89,15 +96,18 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
         train_seconds = time.perf_counter() - began
         if step == stop_at and not progress_state["stopped"] and step < tuner.total_steps:
             writer.close()
+            if primary:
+                push_logs(out_dir, into="")
             return {"step": step, "message": f"stopped at step {step}; run again to resume"}
-        result = _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir,
+        result = _final_evaluation(tuner, state, seed, bf_train, bf_infers, logs,
                                    progress_state)
     writer.close()
     result.update(steps=int(jax.device_get(state["step"])), total_steps=tuner.total_steps,
                   resumed_from_step=latest, train_seconds=train_seconds)
     if primary:
-        write_json(os.path.join(out_dir, "metrics.json"), result)
-        result["learning_curve"] = plot_learning_curve(out_dir, tuner.metric)
+        write_json(os.path.join(logs, "metrics.json"), result)
+        result["learning_curve"] = plot_learning_curve(logs, tuner.metric)
+        push_logs(out_dir, into="")
     return result
 
 
@@ -139,6 +149,7 @@ def _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer) -> bool
 
 
 def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress_state) -> dict:
+    """Best-params metrics per inference bf; predictions go to `out_dir` (local)."""
     splits = [s for s in ("dev", "test") if s in tuner.data.features]
     results = {}
     for bf in bf_infers:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
 
@@ -52,7 +52,7 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
         raise KjaxError(f"--task {task!r}; choose one of {', '.join(TASKS)}")
     if fmt not in FORMATS:
         raise KjaxError(f"--format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
     fmt = detect_format(path, task) if fmt == "auto" else fmt
     if fmt == "klue-ner" and task != "ner":
@@ -77,13 +77,13 @@ def detect_format(path: str, task: str) -> str:
         return "jsonl"
     if lower.endswith(".json"):
         return "json"
-    with open(path, encoding="utf-8") as f:
+    with paths.open_file(path, "r", encoding="utf-8") as f:
         klue_ner = f.readline().startswith("## ")        # KLUE-NER's comment header
     return "klue-ner" if task == "ner" or klue_ner else "tsv"
 
 
 def _records(path: str, fmt: str) -> Iterator[tuple[dict, str]]:
-    with open(path, encoding="utf-8") as f:
+    with paths.open_file(path, "r", encoding="utf-8") as f:
         if fmt == "jsonl":
             for n, line in enumerate(f, 1):
                 if line.strip():
@@ -214,7 +214,7 @@ def _read_klue_ner(path: str) -> Iterator[Example]:
             yield Example(guid or where, "".join(chars), None, None, tuple(tags), where)
 
     block, start = [], 1
-    with open(path, encoding="utf-8") as f:
+    with paths.open_file(path, "r", encoding="utf-8") as f:
         for n, raw in enumerate(f, 1):
             line = raw.rstrip("\r\n")
             if line == "":
@@ -226,7 +226,7 @@ def _read_klue_ner(path: str) -> Iterator[Example]:
 
 
 def _read_tsv(path: str, task: str) -> Iterator[Example]:
-    with open(path, encoding="utf-8") as f:
+    with paths.open_file(path, "r", encoding="utf-8") as f:
         rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
                 if line.strip()]
     columns = None

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 
 import flax.linen as nn
 import jax
@@ -239,6 +238,6 @@ def on_mesh(mesh):
 
 
 def write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False, indent=2, default=float)
+    """A JSON file, local or a URL (kjax/paths.py)."""
+    from kjax import paths
+    paths.write_text(path, json.dumps(obj, ensure_ascii=False, indent=2, default=float))

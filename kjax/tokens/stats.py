@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
-import os
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -205,8 +203,7 @@ def run_stats(config, corpus: str | None, json_path: str | None,
     result = corpus_stats(config, corpus, max_sentences)
     print(format_stats(result))
     if json_path:
-        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(result, f, ensure_ascii=False, indent=2)
+        from kjax import paths
+        paths.write_json(json_path, result)   # local or a URL
         print(f"written to {json_path}")
     return result

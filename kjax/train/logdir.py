@@ -32,22 +32,25 @@ def local_log_dir(workdir: str) -> str:
     return os.path.join(LOCAL_MIRRORS, f"{name}-{digest}")
 
 
-def push_logs(workdir: str) -> None:
-    """Local mirror → WORKDIR/logs (whole small files, overwritten)."""
+def push_logs(workdir: str, into: str = "logs") -> None:
+    """Local mirror → WORKDIR/logs (whole small files, overwritten); `into=""`:
+    into WORKDIR itself (fine-tuning runs keep their outputs at the top)."""
     if not is_remote(workdir):
         return
     local = local_log_dir(workdir)
     if os.path.isdir(local):
-        paths.copy_tree(local, paths.join(workdir, "logs"))
+        paths.copy_tree(local, paths.join(workdir, into) if into else workdir)
 
 
-def pull_logs(workdir: str) -> None:
-    """WORKDIR/logs → the local mirror, when this machine has none (a resumed run)."""
+def pull_logs(workdir: str, into: str = "logs") -> None:
+    """WORKDIR/logs → the local mirror, when this machine has none (a resumed
+    run); checkpoints stay where orbax reads them."""
     if not is_remote(workdir):
         return
-    local, remote = local_log_dir(workdir), paths.join(workdir, "logs")
+    local = local_log_dir(workdir)
+    remote = paths.join(workdir, into) if into else workdir
     if not os.path.exists(local) and paths.isdir(remote):
-        paths.copy_tree(remote, local)
+        paths.copy_tree(remote, local, skip=("checkpoints/",))
 
 
 def read_run_metrics(workdir: str) -> list[dict]:

@@ -1,0 +1,66 @@
+"""`kjax demo` never deletes what it did not make in that run: a folder that
+is not its run is refused (one line, exit 2), its own run is continued (its
+tokenizer and examples reused), a run with another config is refused; each
+demo has its own default run and data folders."""
+import os
+
+import pytest
+
+from conftest import tiny_overrides
+from kjax.cli import demo_overrides, demo_workdir, main
+
+
+def tree(root) -> dict[str, int]:
+    """Relative path → size of every file under root."""
+    return {os.path.relpath(os.path.join(d, f), root): os.path.getsize(os.path.join(d, f))
+            for d, _, files in os.walk(root) for f in files}
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_each_demo_has_its_own_run_and_data_folders(tmp_path, monkeypatch, capsys):
+    assert demo_workdir(None, False) == "runs/demo"
+    assert demo_workdir(None, True) == "runs/demo_uknowbert"
+    assert demo_workdir("multihot", False) == "runs/demo_multihot"
+    data = {(s, u): [o for o in demo_overrides(s, u) if "data.dir" in o]
+            for s, u in ((None, True), ("multihot", False), ("morph-sp", False))}
+    assert len({tuple(v) for v in data.values()}) == 3
+    # The UKnowBERT demo's default run folder: someone else's files there are refused.
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("runs/demo_uknowbert")
+    open("runs/demo_uknowbert/notes.txt", "w").write("mine")
+    assert main(["demo", "--uknowbert"]) == 2
+    err = one_line_error(capsys)
+    assert "runs/demo_uknowbert exists and is not a kjax demo run" in err
+    assert open("runs/demo_uknowbert/notes.txt").read() == "mine"
+
+
+@pytest.mark.slow
+def test_demo_continues_its_own_run_and_deletes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    ov = tiny_overrides(str(tmp_path), **{"train.num_steps": 4, "train.checkpoint_every": 2})
+    assert main(["demo", "--workdir", "run", *ov]) == 0
+    first = capsys.readouterr().out
+    assert "[3/3]" in first and "continuing" not in first
+    before = {**tree(tmp_path / "run"), **{f"data/{k}": v for k, v in tree(tmp_path).items()
+                                             if k.startswith(("tok", "examples"))}}
+    assert "kjax_config.py" in before and "checkpoints/4/_CHECKPOINT_METADATA" in before
+
+    assert main(["demo", "--workdir", "run", *ov]) == 0       # again: continued, not redone
+    again = capsys.readouterr().out
+    assert "run holds this demo's run: continuing it" in again
+    assert "(reused; delete it to train a new one)" in again and "reused)" in again
+    assert "already trained to train.num_steps" in again
+    after = {**tree(tmp_path / "run"), **{f"data/{k}": v for k, v in tree(tmp_path).items()
+                                            if k.startswith(("tok", "examples"))}}
+    assert set(before) <= set(after)                            # nothing deleted
+
+    assert main(["demo", "--workdir", "run", *ov, "--config.model.hidden_size=64"]) == 2
+    err = one_line_error(capsys)
+    assert "run holds a run with another config (model.hidden_size: 32 → 64" in err
+    assert "nothing was deleted" in err
+    assert {k for k in before if not k.startswith("data/")} <= set(tree(tmp_path / "run"))
