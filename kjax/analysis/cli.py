@@ -1,6 +1,6 @@
 """`kjax analyze`: the norm-based attention analysis of a checkpoint (METHODS §3).
 
-    kjax analyze --config C --workdir W [--step N] (--texts FILE | --text "..." ...)
+    kjax analyze [--config C] --workdir W [--step N] (--texts FILE | --text "..." ...)
                  --out DIR [--bf X] [--sentence-index 0] [--max-texts N]
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`kjax export` and `kjax import`: checkpoints to and from transformers.
 
-    kjax export --config C --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
+    kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
                 [--with-pretraining-heads] [--no-verify]
     kjax import --hf DIR --out W [--config BASE] [--config-out FILE]
 
