@@ -200,9 +200,11 @@ def demo_workdir(scheme: str | None, uknowbert: bool) -> str:
     return f"runs/demo_{scheme}" if scheme else "runs/demo"
 
 
-def check_demo_workdir(config, workdir: str) -> bool:
+def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     """True when `workdir` holds this very demo's run (continue it), False
-    when it is new or empty; an error for anything else. Nothing is deleted."""
+    when it is new or empty; an error for anything else. Nothing is deleted.
+    `compare=False`: only that it is empty or a kjax run (the config is
+    compared once the vocabulary size is known)."""
     from kjax import paths
     from kjax.run_config import config_differences, recorded_config_path
     if not paths.listdir(workdir):
@@ -211,6 +213,8 @@ def check_demo_workdir(config, workdir: str) -> bool:
     if not paths.isfile(recorded):
         raise KjaxError(f"{workdir} exists and is not a kjax demo run (no kjax_config.py); "
                         f"pass another --workdir (kjax demo never deletes anything)")
+    if not compare:
+        return True
     from kjax.config import load_config
     diffs = config_differences(load_config(recorded), config)
     if diffs:
@@ -230,9 +234,7 @@ def run_demo(config, workdir: str) -> None:
     start = time.time()
     # Never deletes: an existing run of this demo is continued, its tokenizer
     # and examples reused (prepare resumes; a mismatch is a one-line error).
-    if check_demo_workdir(config, workdir):
-        print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
-              f"to start a new one)")
+    check_demo_workdir(config, workdir, compare=False)
     if paths.isfile(tokenizer_file(config)):
         path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
     else:
@@ -241,6 +243,9 @@ def run_demo(config, workdir: str) -> None:
     vocab = open_tokenizer(config).vocab_size
     if vocab != config.model.vocab_size:  # multihot's final size is known only now
         apply_override(config, f"--config.model.vocab_size={vocab}")
+    if check_demo_workdir(config, workdir):
+        print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
+              f"to start a new one)")
     print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) {summary}")
     meta = prepare(config)
     print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
