@@ -119,3 +119,25 @@ def test_word_ids_stay_unique_across_sentences():
         # Ids only grow and the four sentences' 2+2+1+1 words stay 6 distinct words.
         assert (np.diff(body) >= 0).all()
         assert len(np.unique(body)) == 6
+
+
+def test_static_masks_draw_from_one_stream_per_example(tmp_path, monkeypatch):
+    """Issue 15: prepare seeded static masks by (seed, index in the chunk,
+    copy), so example n of every chunk — and of the eval split — reused one
+    stream. Every masked example must now get its own."""
+    from conftest import tiny_config
+    from kjax.examples import prepare as prep
+    from kjax.tokens.factory import train_tokenizer
+    config = tiny_config(tmp_path, **{"data.masking": "'static'", "data.dupe_factor": 2,
+                                      "data.docs_per_chunk": 3, "data.eval_every_nth_doc": 2})
+    train_tokenizer(config)
+    streams, original = [], prep.mask_example
+
+    def spy(example, cfg, rng):
+        streams.append(str(rng.bit_generator.state["state"]))
+        return original(example, cfg, rng)
+    monkeypatch.setattr(prep, "mask_example", spy)
+    meta = prep.prepare(config, progress=False)
+    assert meta["chunks"] >= 3 and meta["eval_examples"] > 0
+    assert len(streams) == meta["train_examples"] + meta["eval_examples"]   # 2 copies in train
+    assert len(set(streams)) == len(streams)

@@ -135,9 +135,17 @@ def eval_batches(config, batch_size: int, max_batches: int, process_index: int =
         first = b * batch_size + process_index * local
         rows = [row(i) for i in range(first, min(first + local, len(source)))]
         if len(rows) < local:
-            template = rows[0] if rows else row(0)
-            rows += [{k: np.zeros_like(v) for k, v in template.items()}] * (local - len(rows))
+            rows += [empty_row(rows[0] if rows else row(0))] * (local - len(rows))
         yield stack(rows)
+
+
+# Arrays whose "nothing here" value is -1, not 0 (a 0 verb target would count).
+EMPTY_VALUES = {"verb_targets": -1, "token_position": -1}
+
+
+def empty_row(template: dict) -> dict:
+    """A filler row that counts nowhere: every weight and mask 0, no targets."""
+    return {k: np.full_like(v, EMPTY_VALUES.get(k, 0)) for k, v in template.items()}
 
 
 def stack(rows: list[dict]) -> dict:
