@@ -141,3 +141,16 @@ def test_static_masks_draw_from_one_stream_per_example(tmp_path, monkeypatch):
     assert meta["chunks"] >= 3 and meta["eval_examples"] > 0
     assert len(streams) == meta["train_examples"] + meta["eval_examples"]   # 2 copies in train
     assert len(set(streams)) == len(streams)
+
+
+def test_a_short_example_of_long_units_still_gets_a_prediction():
+    """Budget round(6 · 0.15) = 1 token, every eojeol 3 tokens: the smallest
+    unit is masked whole rather than none at all."""
+    ids = np.arange(10, 16)
+    words = np.asarray([0, 0, 0, 1, 1, 1])
+    for seed in range(20):
+        _, pos, orig = choose_masks(ids, words, np.ones(6, bool), np.random.default_rng(seed),
+                                    0.15, 20, 100)
+        assert pos.tolist() in ([0, 1, 2], [3, 4, 5]) and (orig == ids[pos]).all()
+    _, pos, _ = choose_masks(ids, words, np.ones(6, bool), np.random.default_rng(0), 0.15, 2, 100)
+    assert len(pos) == 0          # never more than max_predictions

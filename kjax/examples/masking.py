@@ -113,6 +113,10 @@ def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: n
                  vocab_size: int, position_ids: np.ndarray | None = None):
     """Returns (masked input_ids, token positions, original ids at them).
 
+    An example never ends up without a prediction because every unit is
+    larger than its budget (a short example of long eojeols): the smallest
+    unit is taken then, if it fits max_predictions.
+
     unit_ids None means token-level masking. `position_ids` None: positions
     are tokens, and the budget (masked_lm_prob of the maskable tokens, at
     most max_predictions) counts tokens. Otherwise units hold whole
@@ -129,7 +133,8 @@ def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: n
     budget = min(max_predictions, max(1, int(round(population * masked_lm_prob))))
     chosen: list[np.ndarray] = []
     used = 0
-    for u in rng.permutation(len(units)):
+    order = rng.permutation(len(units))
+    for u in order:
         if used >= budget:
             break
         cost = costs[u]
@@ -137,6 +142,10 @@ def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: n
             continue  # a unit is masked whole or not at all
         chosen.append(units[u])
         used += cost
+    if not chosen and units:   # every unit outgrows a short example's budget: take the
+        u = min(order, key=lambda i: costs[i])   # smallest, as long as its slots exist
+        if costs[u] <= max_predictions:
+            chosen.append(units[u])
     out = input_ids.copy()
     for unit in chosen:
         r = rng.random()
