@@ -120,11 +120,14 @@ def test_no_weight_decay_pulls_the_inpos_gate_towards_zero():
                                         b2=0.999, eps=1e-6, weight_decay=0.5,
                                         grad_clip_norm=1.0)))
     zero = jax.tree.map(jnp.zeros_like, params)
-    state = tx.init(params)
-    moved = params
-    for _ in range(3):                       # no gradient: only decay could move a weight
-        updates, state = tx.update(zero, state, moved)
-        moved = optax.apply_updates(moved, updates)
+
+    @jax.jit
+    def step(p, state):                      # no gradient: only decay could move a weight
+        updates, state = tx.update(zero, state, p)
+        return optax.apply_updates(p, updates), state
+    moved, state = params, tx.init(params)
+    for _ in range(3):
+        moved, state = step(moved, state)
     e0, e1 = params["embeddings"], moved["embeddings"]
     np.testing.assert_array_equal(e1["inpos_embeddings"]["embedding"],
                                   e0["inpos_embeddings"]["embedding"])
