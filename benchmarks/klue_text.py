@@ -57,3 +57,19 @@ def write_corpus(path: str, sentences: list[str], sentences_per_doc: int = 8,
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n\n".join(docs * repeat) + "\n")
     return path
+
+
+KORQUAD_DIR = os.environ.get("KORQUAD_DIR", "/work/shared/data/korquad")
+
+
+def korquad_contexts(root: str = KORQUAD_DIR) -> list[str]:
+    """The distinct KorQuAD 1.0 dev paragraphs (Wikipedia text, not KLUE's
+    sources): held-out text for vocabularies trained on KLUE."""
+    path = os.path.join(root, "KorQuAD_v1.0_dev.json")
+    if not os.path.isfile(path):
+        raise SystemExit(f"KorQuAD not found: {path}; set KORQUAD_DIR to the folder holding "
+                         f"KorQuAD_v1.0_dev.json")
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    return list(dict.fromkeys(p["context"].strip() for article in data
+                              for p in article["paragraphs"] if p["context"].strip()))

@@ -149,9 +149,10 @@ def run(argv: list[str]) -> int:
         from kjax.tokens.stats import run_stats
         run_stats(config, args.corpus, args.json, args.max_sentences)
     elif args.verb == "tokenizer":
-        from kjax.tokens.factory import train_tokenizer
+        from kjax.tokens.factory import train_tokenizer, vocabulary_report
         path, stats = train_tokenizer(config)
-        print(f"tokenizer written to {path}\ncorpus: {stats.summary()}")
+        print(f"tokenizer written to {path}\ncorpus: {stats.summary()}\n"
+              f"{vocabulary_report(config)}")
     elif args.verb == "prepare":
         from kjax.examples.prepare import prepare
         _print(prepare(config, num_workers=args.workers))

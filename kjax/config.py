@@ -84,7 +84,11 @@ def base_config() -> ConfigDict:
     c.tokenizer = t = ConfigDict()
     t.scheme = "sentencepiece"    # sentencepiece | morph-sp | multihot (kjax/tokens/factory.py)
     t.vocab_size = 32000          # multihot: the BPE size before the §2.1 rewriting
-    t.min_syllable_count = 50     # multihot: @syllable tokens seen at least this often
+    # multihot @syllable tokens: characters seen >= max(count, share · all syllables)
+    # times in the training text; 1e-8 is the thesis's 50 in its ~5e9 syllables
+    # (METHODS §2.1), so a corpus under 1e8 syllables keeps every one it saw.
+    t.min_syllable_count = 1
+    t.min_syllable_share = 1e-8
     t.model_type = "unigram"
     t.character_coverage = 0.9995
     t.input_sentence_size = 2_000_000

@@ -119,3 +119,38 @@ def test_word_ids_stay_unique_across_sentences():
         # Ids only grow and the four sentences' 2+2+1+1 words stay 6 distinct words.
         assert (np.diff(body) >= 0).all()
         assert len(np.unique(body)) == 6
+
+
+def test_static_masks_draw_from_one_stream_per_example(tmp_path, monkeypatch):
+    """Issue 15: prepare seeded static masks by (seed, index in the chunk,
+    copy), so example n of every chunk — and of the eval split — reused one
+    stream. Every masked example must now get its own."""
+    from conftest import tiny_config
+    from kjax.examples import prepare as prep
+    from kjax.tokens.factory import train_tokenizer
+    config = tiny_config(tmp_path, **{"data.masking": "'static'", "data.dupe_factor": 2,
+                                      "data.docs_per_chunk": 3, "data.eval_every_nth_doc": 2})
+    train_tokenizer(config)
+    streams, original = [], prep.mask_example
+
+    def spy(example, cfg, rng):
+        streams.append(str(rng.bit_generator.state["state"]))
+        return original(example, cfg, rng)
+    monkeypatch.setattr(prep, "mask_example", spy)
+    meta = prep.prepare(config, progress=False)
+    assert meta["chunks"] >= 3 and meta["eval_examples"] > 0
+    assert len(streams) == meta["train_examples"] + meta["eval_examples"]   # 2 copies in train
+    assert len(set(streams)) == len(streams)
+
+
+def test_a_short_example_of_long_units_still_gets_a_prediction():
+    """Budget round(6 · 0.15) = 1 token, every eojeol 3 tokens: the smallest
+    unit is masked whole rather than none at all."""
+    ids = np.arange(10, 16)
+    words = np.asarray([0, 0, 0, 1, 1, 1])
+    for seed in range(20):
+        _, pos, orig = choose_masks(ids, words, np.ones(6, bool), np.random.default_rng(seed),
+                                    0.15, 20, 100)
+        assert pos.tolist() in ([0, 1, 2], [3, 4, 5]) and (orig == ids[pos]).all()
+    _, pos, _ = choose_masks(ids, words, np.ones(6, bool), np.random.default_rng(0), 0.15, 2, 100)
+    assert len(pos) == 0          # never more than max_predictions

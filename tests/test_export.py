@@ -168,6 +168,24 @@ def test_import_matches_transformers(tmp_path, kind):
     assert_close(hx.max_abs_diffs(got, want, inputs["attention_mask"]), set(want))
 
 
+def test_imported_missing_heads_equal_a_fresh_kjax_init(tmp_path):
+    """Issue 15: the heads a source lacks were drawn 1.14x too wide (a
+    truncated normal divided by its std, which flax does not do)."""
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import init_state, make_model, make_optimizer
+    _hf_model("electra").save_pretrained(tmp_path / "hf")
+    report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
+    config = load_config(report["config"])
+    params, _ = hx.restore_params(config, str(tmp_path / "w"))
+    fresh, _ = init_state(config, make_mesh(config), make_model(config, False),
+                          make_optimizer(config.train))
+    for name in report["initialised"]:    # pooler, MLM head, NSP
+        for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(fresh["params"][name])):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    kernel = np.asarray(params["mlm_transform"]["kernel"])
+    assert abs(kernel.std() / (0.02 * 0.8796) - 1) < 0.05   # flax: std · 0.88, not std
+
+
 def test_import_round_trip_through_files_is_bit_exact(tmp_path):
     enc = tiny_encoder(scan=False)
     params = random_params(enc, seed=2)

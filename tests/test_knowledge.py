@@ -157,7 +157,9 @@ def test_search_stops_at_another_predicate_and_sentence_end():
     assert relations("책/NNG 을/JKO 읽/VV 고/EC 가/VV 았/EP 다/EF") == [
         ("읽", 0, "frame"), ("가", 4, "self")]
     assert relations("밥/NNG 을/JKO 먹/VV 고/EC 있/VX 다/EF") == [("먹", 0, "frame")]  # VX: no target
-    assert relations("물/NNG 을/JKO 공부/NNG 하/XSV 고/EC 마시/VV") == [("마시", 5, "self")]
+    # 공부/NNG 하/XSV is a predicate too (issue 15; it used to get no target)
+    assert relations("물/NNG 을/JKO 공부/NNG 하/XSV 고/EC 마시/VV") == [
+        ("하", 0, "nearest"), ("마시", 5, "self")]
     assert relations("물/NNG ./SF 마시/VV") == [("마시", 2, "self")]
     assert relations("마시/VV 다/EF") == [("마시", 0, "self")]
 
@@ -168,6 +170,53 @@ def test_compound_noun_points_to_its_last_noun():
     assert relations("대한민국/NNP 국민/NNG 은/JX 되/VV") == [("되", 1, "nearest")]
     # the frame match is the compound's last noun, never its first
     assert relations("여기/NP 에/JKB 국제/NNG 결혼/NNG 을/JKO 하/VV") == [("하", 3, "frame")]
+
+
+# Real sentences: Kiwi splits X+하/되 into stem + XSV/XSA (issue 15: they got no target).
+DERIVED = [  # sentence, predicate lemma, its tag, frame particles, expected target noun, rule
+    ("정부는 그 결정을 인정하였다.", "인정하", "VV", {"을", "를"}, "결정", "frame"),
+    ("새 장비가 현장에 투입되었다.", "투입되", "VV", {"에"}, "현장", "frame"),
+    ("나는 그의 의견에 동의했다.", "동의하", "VV", None, "의견", "nearest"),
+    ("그녀는 매우 행복했다.", "행복하", "VA", None, "그녀", "nearest"),
+    ("공장이 강물을 오염시켰다.", "오염시키", "VV", {"을", "를"}, "강물", "frame"),
+]
+
+
+@pytest.fixture(scope="module")
+def analyzer():
+    from kjax.morph import KoreanAnalyzer
+    return KoreanAnalyzer()
+
+
+@pytest.mark.parametrize("sentence, lemma, tag, frame, noun, rule", DERIVED)
+def test_x_ha_doe_is_one_predicate_on_kiwis_split(analyzer, sentence, lemma, tag, frame, noun,
+                                                   rule):
+    from kjax.morph.predicates import join_derived_predicates
+    looked_up = []
+
+    def case_frame(form, t):
+        looked_up.append((form, t))
+        return frozenset(frame) if frame and form == lemma else None
+
+    kiwi = analyzer.analyze(sentence)
+    suffix = next(i for i, m in enumerate(kiwi) if m.tag in ("XSV", "XSA"))
+    for morphemes in (kiwi, join_derived_predicates(kiwi)):   # split and joined alike
+        forms, tags = [m.form for m in morphemes], [m.tag for m in morphemes]
+        (relation,) = find_verb_relations(forms, tags, case_frame)
+        assert (forms[relation.target], relation.rule) == (noun, rule)
+        assert (lemma, tag) in looked_up
+        if morphemes is kiwi:
+            assert relation.predicate == suffix               # the pointer sits on 하/되
+        targets = verb_relation_targets(forms, tags, case_frame, 32)
+        assert (targets >= 0).sum() == 1 and targets[relation.predicate] == relation.target
+
+
+def test_a_later_predicate_stops_at_a_derived_one(analyzer):
+    kiwi = analyzer.analyze("물을 공부하고 마셨다")
+    forms, tags = [m.form for m in kiwi], [m.tag for m in kiwi]
+    found = [(forms[r.predicate], forms[r.target], r.rule)
+             for r in find_verb_relations(forms, tags, KB.case_frame_of)]
+    assert found == [("하", "물", "nearest"), ("마시", "마시", "self")]
 
 
 def test_conjugation_suffixes_are_stripped():

@@ -95,16 +95,56 @@ class FixedPieces:
     scheme = "sentencepiece"
     PIECES = [(0, 2, 7), (3, 4, 8), (4, 6, 9), (6, 7, UNK), (7, 10, 10), (10, 11, 11)]
 
-    def __init__(self):
+    def __init__(self, pieces=None):
         self.sp = self
+        self.pieces = pieces or self.PIECES
+
+    def token_to_id(self, piece):
+        return 5 if piece == "\u2581" else UNK
 
     def encode(self, texts, return_type):
         assert return_type == "proto"
 
         def piece(text, b, e, i):
             byte = lambda c: len(text[:c].encode("utf-8"))  # noqa: E731
-            return SimpleNamespace(begin=byte(b), end=byte(e), id=i)
-        return [SimpleNamespace(pieces=[piece(t, *p) for p in self.PIECES]) for t in texts]
+            return SimpleNamespace(begin=byte(b), end=byte(e), id=i,
+                                   piece="\u2581" if i == 5 else text[b:e])
+        return [SimpleNamespace(pieces=[piece(t, *p) for p in self.pieces]) for t in texts]
+
+
+class BareSpaceMorphSP:
+    """morph-sp stand-in: every eojeol-initial morpheme is a bare ▁ (id 5) + one piece."""
+    scheme = "morph-sp"
+
+    def __init__(self):
+        self.analyzer = KoreanAnalyzer()
+
+    def token_to_id(self, piece):
+        return 5 if piece == "\u2581" else UNK
+
+    def encode_morphemes(self, morphemes):
+        ids, morph, last = [], [], None
+        for k, m in enumerate(morphemes):
+            pieces = [5, 10] if m.eojeol != last else [10]
+            ids += pieces
+            morph += [k] * len(pieces)
+            last = m.eojeol
+        return {"ids": np.asarray(ids), "morph": np.asarray(morph)}
+
+
+def test_bare_space_pieces_count_alike_in_both_sentencepiece_schemes():
+    """Issue 15: a bare ▁ is a token (a position) in both schemes and never
+    makes a morpheme "split" — morph-sp used to count ▁+학교 as a split."""
+    text = "나는 학교에서 보았다"   # 나 는 | 학교 에서 | 보 었 다
+    msp = measure(BareSpaceMorphSP(), [text]).summary()
+    assert msp["tokens"] == 10 and msp["bare_space_tokens"] == 3
+    assert msp["bare_space_share"] == pytest.approx(0.3) and msp["counts"]["all"]["split"] == 0
+    #  ▁ covers the space before 학교 and 보: pieces ▁나 | 는 | ▁ | 학교 | 에서 | ▁ | 보 | 았다
+    pieces = [(0, 1, 7), (1, 2, 8), (2, 3, 5), (3, 5, 9), (5, 7, 10), (7, 8, 5), (8, 9, 11),
+              (9, 11, 12)]
+    sp = measure(FixedPieces(pieces), [text], KoreanAnalyzer()).summary()
+    assert sp["tokens"] == 8 and sp["bare_space_tokens"] == 2
+    assert sp["counts"]["all"]["split"] == 0 and sp["counts"]["noun"]["split"] == 0
 
 
 def test_stats_align_sentencepiece_pieces_to_morphemes_by_characters():
@@ -137,8 +177,10 @@ def test_stats_cli_agrees_with_direct_encoding(trained, scheme, tmp_path, capsys
     encoded = [tok.encode(line) for line in lines]
     assert s["tokens"] == sum(len(e["ids"]) for e in encoded)
     assert s["unk_tokens"] == sum(int((e["ids"] == UNK).sum()) for e in encoded)
-    if scheme != "sentencepiece":   # tokens per morpheme are read off `morph`
-        split = sum(int((np.bincount(e["morph"]) > 1).sum()) for e in encoded)
+    if scheme != "sentencepiece":   # tokens per morpheme are read off `morph`, bare ▁ aside
+        bare = tok.token_to_id("\u2581") if scheme == "morph-sp" else -1
+        split = sum(int((np.bincount(e["morph"], weights=e["ids"] != bare) > 1).sum())
+                    for e in encoded)
         assert s["counts"]["all"]["split"] == split and s["crossing_tokens"] == 0
     else:                           # plain pieces do cross morphemes on real text
         assert s["crossing_tokens"] > 0 and s["counts"]["all"]["split"] > 0

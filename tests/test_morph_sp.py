@@ -1,6 +1,7 @@
 """morph-sp: sentencepiece over Kiwi morphemes. Pieces never cross a
-morpheme boundary, `▁` marks exactly the eojeol starts, ids 0..4 are kjax's
-special tokens, and the per-token arrays line up on hostile input."""
+morpheme boundary, `▁` marks only eojeol starts and is never a token alone,
+ids 0..4 are kjax's special tokens, and the per-token arrays line up on
+hostile input."""
 import glob
 import os
 
@@ -64,8 +65,10 @@ def test_no_piece_crosses_a_morpheme(tok, lines):
             ids = out["ids"][out["morph"] == k]
             if UNK in ids:
                 continue
-            # the pieces of morpheme k spell exactly that morpheme, ▁ included
-            assert "".join(tok.id_to_token(i) for i in ids) == unit
+            # the pieces of morpheme k spell exactly that morpheme, ▁ included unless
+            # it would have been a bare ▁ token (dropped, issue 15)
+            spelled = "".join(tok.id_to_token(i) for i in ids)
+            assert spelled == unit or WORD_START + spelled == unit
             checked += 1
     assert checked > 500
 
@@ -81,12 +84,25 @@ def test_vocabulary_learned_no_cross_morpheme_piece(tok, lines):
     assert not vocab & (pairs - units)
 
 
-def test_word_start_marks_exactly_the_eojeol_starts(tok, lines):
+def test_word_start_marks_only_eojeol_starts_and_is_never_a_bare_token(tok, lines):
+    """Issue 15: a bare ▁ took a position (and a row of B) to say only "a word
+    starts"; it is dropped, `bare_word_starts=True` keeps the old encoding,
+    where ▁ marks exactly the eojeol starts."""
+    old = MorphSPTokenizer(tok.model_file, tok.analyzer, bare_word_starts=True)
+    dropped = 0
     for line in lines[:20]:
-        out = tok.encode(line)
+        out, before = tok.encode(line), old.encode(line)
         first_of_eojeol = np.r_[True, np.diff(out["eojeol"]) != 0]
         opens = np.array([tok.id_to_token(i).startswith(WORD_START) for i in out["ids"]])
-        assert np.array_equal(opens, first_of_eojeol), line
+        assert not (opens & ~first_of_eojeol).any(), line
+        assert WORD_START not in [tok.id_to_token(i) for i in out["ids"]]
+        first_before = np.r_[True, np.diff(before["eojeol"]) != 0]
+        assert np.array_equal([old.id_to_token(i).startswith(WORD_START) for i in before["ids"]],
+                              first_before), line
+        dropped += len(before["ids"]) - len(out["ids"])
+        bare = before["ids"] == old.token_to_id(WORD_START)
+        assert np.array_equal(before["ids"][~bare], out["ids"]), line
+    assert dropped > 0
 
 
 def check_arrays(tok, text, out):
@@ -117,8 +133,13 @@ def test_encode_many_matches_encode(tok, lines):
 
 
 def test_decode_gives_the_morpheme_text(tok):
-    out = tok.encode("대한민국은 민주공화국이다.")
-    assert tok.decode(out["ids"]) == "대한민국은 민주공화국이다."
+    text = "대한민국은 민주공화국이다."
+    old = MorphSPTokenizer(tok.model_file, tok.analyzer, bare_word_starts=True)
+    assert old.decode(old.encode(text)["ids"]) == text
+    # Without bare ▁ tokens (issue 15) a space survives where a piece shows the
+    # word start; the characters always do.
+    decoded = tok.decode(tok.encode(text)["ids"])
+    assert decoded.replace(" ", "") == text.replace(" ", "") and decoded.startswith("대한")
 
 
 def test_wrong_models_are_refused(tmp_path, lines):

@@ -101,3 +101,35 @@ def test_position_arrays_for_shaking_over_morphemes():
     assert pos["morph_ids"].tolist() == [-1, 1, 2, -1, 4, -1]
     assert pos["word_ids"].tolist() == [-1, 0, 0, -1, 1, -1]
     assert pos["tags"].tolist() == [0, 5, 3, 0, 4, 0]
+
+
+def test_no_weight_decay_pulls_the_inpos_gate_towards_zero():
+    """Issue 15: E_inpos multiplies E_tok (Eq. 3) and starts at 1; AdamW's
+    decay pulled it towards 0. Chosen by name (it is a [tokens, hidden]
+    table like the embeddings, which do decay)."""
+    import optax
+    from ml_collections import ConfigDict
+    from kjax.train.state import decay_mask, make_optimizer
+    params = init_params()
+    mask = decay_mask(params)
+    assert mask["embeddings"]["inpos_embeddings"]["embedding"] is False
+    assert mask["embeddings"]["word_embeddings"]["embedding"] is True
+    assert mask["embeddings"]["postag_embeddings"]["embedding"] is True
+    assert mask["embeddings"]["layer_norm"]["scale"] is False
+    tx = make_optimizer(ConfigDict(dict(learning_rate=0.1, warmup_steps=0, num_steps=10, b1=0.9,
+                                        b2=0.999, eps=1e-6, weight_decay=0.5,
+                                        grad_clip_norm=1.0)))
+    zero = jax.tree.map(jnp.zeros_like, params)
+
+    @jax.jit
+    def step(p, state):                      # no gradient: only decay could move a weight
+        updates, state = tx.update(zero, state, p)
+        return optax.apply_updates(p, updates), state
+    moved, state = params, tx.init(params)
+    for _ in range(3):
+        moved, state = step(moved, state)
+    e0, e1 = params["embeddings"], moved["embeddings"]
+    np.testing.assert_array_equal(e1["inpos_embeddings"]["embedding"],
+                                  e0["inpos_embeddings"]["embedding"])
+    assert np.abs(e1["word_embeddings"]["embedding"]).sum() < \
+        np.abs(e0["word_embeddings"]["embedding"]).sum()

@@ -101,6 +101,48 @@ def test_pos_pairs_of_the_methods_example(analyzer):
     assert b.dtype == np.float32 and build_shake_matrix(ex, 32, shake_cfg()).dtype.itemsize == 1
 
 
+def pair_forms(ex, forms, cfg=None):
+    b = np.asarray(build_shake_matrix(ex, 48, cfg or shake_cfg()), np.float32)
+    return {(forms[q], forms[k]) for q, k in zip(*np.nonzero(b))}
+
+
+def test_adnominal_pairs_stop_at_sep(analyzer):
+    """Issue 15: '모든' ending segment A was paired with B's first noun."""
+    ex, forms = example_from(analyzer, "그는 모든", "책을 샀다")   # Kiwi: 모든/MM, 책/NNG
+    assert pair_forms(ex, forms) == {("는", "그"), ("을", "책")}
+    ex, forms = example_from(analyzer, "그는 모든 책을 샀다", "좋다")  # inside a segment: paired
+    assert ("모든", "책") in pair_forms(ex, forms)
+
+
+def test_pairs_stop_at_a_sentence_boundary(analyzer):
+    """Two sentences joined into one segment (kjax.examples.pairs): an
+    adnominal ending the first never modifies the second's first noun."""
+    from kjax.examples.pairs import _concat
+
+    def sentence(text):
+        ms = analyzer.analyze(text)
+        n = np.arange(len(ms), dtype=np.int32)
+        return {"ids": n + 10, "morph": n, "inpos": 0 * n, "tag": np.asarray(
+            [tag_id(m.tag) for m in ms], np.int32), "eojeol": np.asarray(
+            [m.eojeol for m in ms], np.int32)}, [m.form for m in ms]
+    (s1, f1), (s2, f2), (s3, f3) = sentence("그는 모든"), sentence("책을 샀다"), sentence("좋다")
+    ex = assemble(_concat([s1, s2]), s3, 0, (0, 0))
+    forms = ["[CLS]", *f1, *f2, "[SEP]", *f3, "[SEP]"]
+    assert pair_forms(ex, forms) == {("는", "그"), ("을", "책")}
+    a_words = ex["word_ids"][1:len(f1) + len(f2) + 1]
+    assert np.diff(np.unique(a_words)).tolist() == [1, 2, 1]   # the gap between sentences
+
+
+def test_postposition_pairs_stop_at_a_special_token():
+    """Segments numbered independently (eojeol 0 on both sides of [SEP], as a
+    caller may build them): 에서 opening segment B is not 학교's."""
+    tags = [0, tag_id("NNG"), 0, tag_id("JKB"), tag_id("NNG"), tag_id("JKO"), 0]
+    ex = {"input_ids": np.arange(7), "morph_ids": np.asarray([-1, 0, -1, 0, 1, 2, -1]),
+          "word_ids": np.asarray([-1, 0, -1, 0, 1, 1, -1]), "tags": np.asarray(tags)}
+    forms = ["[CLS]", "학교", "[SEP]", "에서", "책", "을", "[SEP]"]
+    assert pair_forms(ex, forms) == {("을", "책")}
+
+
 def test_shared_position_variant(analyzer):
     ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "밥을 먹었다")
     pos = shared_position_ids(ex, 24, shake_cfg())

@@ -12,6 +12,7 @@ from kjax.errors import KjaxError
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.shake.variants import merged_units
+from kjax.tokens.sentencepiece import MASK
 from test_shake import analyzer, example_from  # noqa: F401  (fixture + builder)
 
 
@@ -32,6 +33,65 @@ def test_merged_units_join_each_postposition_to_its_substantive(analyzer):  # no
     assert n_pos == len(forms) - 4                 # 는 를 에서 을 joined their nouns
     token_pos = out["token_position"][:len(ids)]
     assert token_pos[forms.index("는")] == token_pos[forms.index("나")]
+
+
+def merged_config(tmp_path, **extra):
+    from conftest import tiny_config
+    return tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'", "model.input_mode": "'merged'",
+                                    "train.mlm_loss": "'eq9'", "data.mask_unit": "'morpheme'",
+                                    "data.masked_lm_prob": 0.4, **extra})
+
+
+def check_no_masked_token_visible(out, ids_before=None):
+    """Every prediction position of the model input is masked whole: one
+    [MASK] token, or none of its tokens is [MASK] (random / kept, BERT's 20 %)."""
+    for slot in np.flatnonzero(out["mlm_weights"] > 0):
+        p = out["mlm_positions"][slot]
+        tokens = out["token_ids"][out["token_position"] == p]
+        assert (tokens == MASK).all() and len(tokens) == 1 or (tokens != MASK).all(), tokens
+
+
+def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):  # noqa: F811
+    """Issue 15: masking ran before the merge, so a masked 학교 merged with its
+    visible 에서 leaked 에서 (in the input and among the targets)."""
+    from kjax.batches.loader import ToModelInputs
+    from kjax.examples.masking import mask_example
+    ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 새 책을 샀다")
+    config = merged_config(tmp_path)
+    positions = merged_units(ex)["morph_ids"]
+    to_inputs = ToModelInputs(config, dynamic_masking=True)
+    seen_merged = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        static = mask_example(ex, config, rng)            # what `prepare` stores
+        chosen = set(static["mlm_positions"].tolist())
+        for p in np.unique(positions[static["mlm_positions"]]):
+            assert set(np.flatnonzero(positions == p).tolist()) <= chosen
+        seen_merged += chosen >= {forms.index("학교"), forms.index("에서")}
+        out = to_inputs.random_map(ex, np.random.default_rng(seed))   # dynamic, in the loader
+        check_no_masked_token_visible(out, ex["input_ids"])
+        n_masked = len(np.unique(out["token_position"][np.isin(
+            out["token_position"], out["mlm_positions"][out["mlm_weights"] > 0])]))
+        assert n_masked == int((out["mlm_weights"] > 0).sum())   # one slot per masked position
+    assert seen_merged > 10
+
+
+def test_masks_stored_for_another_input_mode_are_completed(analyzer, tmp_path):  # noqa: F811
+    """One data folder serves all six SHAKE variants: eval masks drawn per
+    morpheme (one-hot) are extended to whole merged positions in the loader."""
+    from kjax.batches.loader import ToModelInputs
+    from kjax.examples.masking import mask_example
+    ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 새 책을 샀다")
+    onehot = merged_config(tmp_path, **{"model.input_mode": "'onehot'", "train.mlm_loss": "'ce'"})
+    to_inputs = ToModelInputs(merged_config(tmp_path), dynamic_masking=False)
+    completed = 0
+    for seed in range(100):
+        stored = mask_example(ex, onehot, np.random.default_rng(seed))   # token = position
+        out = to_inputs.random_map(stored, np.random.default_rng(seed))
+        check_no_masked_token_visible(out, ex["input_ids"])
+        slots = out["mlm_target_mask"][out["mlm_weights"] > 0].sum()
+        completed += slots > len(stored["mlm_positions"])
+    assert completed > 0
 
 
 def test_merged_embedding_is_the_sum_of_the_token_embeddings():
@@ -90,6 +150,10 @@ def test_merged_pretraining_end_to_end(tmp_path):
     positions = batch["attention_mask"].sum(1)
     assert (positions < real.sum(1)).mean() >= 0.75  # most examples merged something
     assert (batch["mlm_target_mask"].sum(-1) > 1).any()   # merged positions: several targets
+    from kjax.batches.loader import eval_batches
+    for rows in [batch, *eval_batches(config, 4, 2)]:      # dynamic, and static (prepare)
+        for r in range(len(rows["mlm_weights"])):
+            check_no_masked_token_visible({k: v[r] for k, v in rows.items()}, None)
     train(config, str(tmp_path / "run"), progress=False)
     rows = [r for r in read_metrics(str(tmp_path / "run")) if r["split"] == "train"]
     assert rows[-1]["step"] == 8 and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"]

@@ -8,6 +8,7 @@ read the input vector, which carries nothing of a [MASK]ed morpheme.
 from __future__ import annotations
 
 import os
+import unicodedata
 
 import numpy as np
 
@@ -45,7 +46,8 @@ class KnowledgeTargets:
             surface = self.tokenizer.id_to_token(int(token))
             forms[p] += surface if morph < 0 else token_surface(surface)
             tags[p] = "" if morph < 0 else TAGS[int(tag)]
-        return forms, tags
+        # Jamo-spelled syllables (@ᄀ @ᅡ @ᆷ, kjax/tokens/characters.py) compose back.
+        return [unicodedata.normalize("NFC", f) for f in forms], tags
 
     def __call__(self, original_ids, example: dict, masked_positions, rng) -> dict:
         g, d = self.config.knowledge, self.config.data

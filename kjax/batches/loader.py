@@ -18,7 +18,7 @@ import numpy as np
 from kjax.config import knowledge_enabled, shaking_enabled
 from kjax.examples import records
 from kjax.batches.multihot import position_arrays, to_multihot
-from kjax.examples.masking import example_rng, mask_example
+from kjax.examples.masking import example_rng, mask_example, whole_position_masks
 from kjax.shake.matrix import build_shake_matrix
 from kjax.shake.variants import merged_units, shared_position_ids
 from kjax.tokens.sentencepiece import PAD
@@ -44,14 +44,21 @@ class ToModelInputs(grain.transforms.RandomMap):
         self.builds_b = config.shake.variant != "none" and shaking_enabled(config)
 
     def random_map(self, example, rng: np.random.Generator):
+        # SHAKE variant 6 (METHODS §1.5, 6): merge first, then mask whole merged
+        # positions, so no masked token's position shows one of its tokens.
+        merged = merged_units(example) if self.merged else None
+        merged_positions = None if merged is None else merged["morph_ids"]
         if self.dynamic:
-            example = mask_example(example, self.config, rng)
+            example = mask_example(example, self.config, rng, merged_positions)
         d = self.d
         if self.multihot:
+            if self.merged:   # stored masks may have been drawn for another input mode
+                example = whole_position_masks(example, merged_positions, rng,
+                                               self.config.model.vocab_size)
             original = np.array(example["input_ids"])
             original[example["mlm_positions"]] = example["mlm_ids"]
             if self.merged:
-                example = merged_units(example)
+                example = {**example, "morph_ids": merged["morph_ids"], "inpos": merged["inpos"]}
             out = to_multihot(example, original, example["mlm_positions"], d.max_seq_len,
                               d.max_predictions_per_seq, d.max_targets_per_position)
             positions = position_arrays(example)  # B is over morphemes (METHODS §2.3)
@@ -129,9 +136,17 @@ def eval_batches(config, batch_size: int, max_batches: int, process_index: int =
         first = b * batch_size + process_index * local
         rows = [row(i) for i in range(first, min(first + local, len(source)))]
         if len(rows) < local:
-            template = rows[0] if rows else row(0)
-            rows += [{k: np.zeros_like(v) for k, v in template.items()}] * (local - len(rows))
+            rows += [empty_row(rows[0] if rows else row(0))] * (local - len(rows))
         yield stack(rows)
+
+
+# Arrays whose "nothing here" value is -1, not 0 (a 0 verb target would count).
+EMPTY_VALUES = {"verb_targets": -1, "token_position": -1}
+
+
+def empty_row(template: dict) -> dict:
+    """A filler row that counts nowhere: every weight and mask 0, no targets."""
+    return {k: np.full_like(v, EMPTY_VALUES.get(k, 0)) for k, v in template.items()}
 
 
 def stack(rows: list[dict]) -> dict:

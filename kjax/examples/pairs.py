@@ -5,7 +5,9 @@ document, and random front/back truncation.
 
 Documents arrive as lists of tokenized sentences (the per-token arrays of
 `kjax.tokens`). Morpheme and eojeol indices are renumbered to be unique
-within an example, so masking units never merge across sentences.
+within an example, so masking units never merge across sentences; the
+eojeol ids of consecutive sentences leave a gap of one, so later stages see
+where a sentence ends (SHAKE's pairs never cross one, kjax/shake/matrix.py).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _concat(segments: list[dict]) -> dict[str, np.ndarray]:
         parts["morph"].append(seg["morph"] + morph_base)
         parts["eojeol"].append(seg["eojeol"] + word_base)
         morph_base += int(seg["morph"].max()) + 1
-        word_base += int(seg["eojeol"].max()) + 1
+        word_base += int(seg["eojeol"].max()) + 2    # the gap marks a new sentence
     return {k: np.concatenate(v) if v else np.zeros(0, np.int32) for k, v in parts.items()}
 
 

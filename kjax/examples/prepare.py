@@ -29,7 +29,7 @@ from tqdm import tqdm
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.examples.masking import example_rng, mask_example
+from kjax.examples.masking import mask_example, static_mask_rng
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
 from kjax.tokens.factory import load_tokenizer, tokenizer_file
@@ -99,7 +99,8 @@ class ChunkWorker:
             # Eval is always statically masked (one fixed copy) so its numbers are comparable.
             if split == "eval" or d.masking == "static":
                 copies = 1 if split == "eval" else d.dupe_factor
-                examples = [mask_example(ex, config, example_rng(d.seed, n, dupe))
+                examples = [mask_example(ex, config,
+                                         static_mask_rng(d.seed, split, chunk_index, n, dupe))
                             for dupe in range(copies) for n, ex in enumerate(examples)]
             records.write_shard(records.shard_path(self.out_dir, split, chunk_index), examples)
             counts[f"{split}_examples"] = len(examples)

@@ -17,8 +17,9 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
   one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
   loss and morpheme masking, which a multi-hot model needs.
 
-Heads the source lacks (pooler, MLM transform/bias, NSP) are initialised as
-kjax initialises them (train.seed) and listed in `W/import.json`.
+Heads the source lacks (pooler, MLM transform/bias, NSP, knowledge heads) get
+exactly the values `kjax train` would start them from (`model.init` with
+train.seed, kjax/train/state.py) and are listed in `W/import.json`.
 """
 from __future__ import annotations
 
@@ -223,20 +224,21 @@ def write_config_file(config, path: str, source: str) -> None:
                         f"see docs/EXPORT.md.")
 
 
-def fresh_module(name: str, shapes, std: float, rng: np.random.Generator):
-    """A module initialised as kjax initialises it: kernels and embeddings from a
-    truncated normal (±2σ, std `initializer_range`), biases 0, LayerNorm scales 1."""
-    from scipy.stats import truncnorm
+def fresh_params(config, model, names: list[str]) -> dict:
+    """The modules `names` as `init_state` initialises them: the same
+    `model.init` on the same key (train.seed), so an imported model's new
+    heads equal a fresh run's. Jitted on the host; XLA computes only the
+    modules asked for."""
+    import flax.linen as nn
     import jax
+    from kjax.train.state import dummy_inputs
 
-    def init(path, shape):
-        leaf = getattr(path[-1], "key", "") if path else name   # mlm_bias is a bare leaf
-        if leaf in ("kernel", "embedding"):
-            # flax's truncated_normal divides by the std of the truncated unit normal
-            return (truncnorm.rvs(-2, 2, size=shape.shape, random_state=rng)
-                    * std / 0.87962566103423978).astype(np.float32)
-        return (np.ones if leaf == "scale" else np.zeros)(shape.shape, np.float32)
-    return jax.tree_util.tree_map_with_path(init, shapes)
+    def init(rng):
+        params_rng, _ = jax.random.split(rng)          # as kjax.train.state._init_fn
+        args, kwargs = dummy_inputs(config)
+        params = nn.meta.unbox(model.init(params_rng, *args, **kwargs)["params"])
+        return {k: params[k] for k in names}
+    return jax.device_get(jax.jit(init)(jax.random.key(config.train.seed)))
 
 
 def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = None) -> dict:
@@ -256,12 +258,12 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     if paths.listdir(ckpt_dir):
         raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")
     tx = make_optimizer(config.train)
+    model = make_model(config, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
-    target, shardings = abstract_state(config, make_mesh(config), make_model(config, False), tx)
+    target, shardings = abstract_state(config, make_mesh(config), model, tx)
     check_shapes(found, {k: target["params"][k] for k in found})
-    rng = np.random.default_rng(config.train.seed)
-    params = {k: found[k] if k in found else fresh_module(k, shape, enc.initializer_range, rng)
-              for k, shape in target["params"].items()}
+    fresh = fresh_params(config, model, [k for k in target["params"] if k not in found])
+    params = {k: found[k] if k in found else fresh[k] for k in target["params"]}
     missing += [k for k in target["params"] if k not in found and k not in missing]
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from kjax.knowledge.resources import KnowledgeBase
-from kjax.knowledge.verb_relation import (TARGET_TAGS, find_verb_relations,
+from kjax.knowledge.verb_relation import (find_verb_relations, predicates,
                                           verb_relation_targets)
 from kjax.morph.tags import SUBSTANTIVE_TAGS, base_tag
 
@@ -141,8 +141,8 @@ class KnowledgeCoverage:
         per-sequence numbers of slots actually filled."""
         c = self.counts
         c["sequences"] += 1
-        for form, tag in zip(forms, tags):
-            tag = base_tag(tag)
+        base = [base_tag(t) for t in tags]
+        for form, tag in zip(forms, base):
             if tag in SUBSTANTIVE_TAGS:
                 hypernyms = self.kb.hypernyms_of(form, tag)
                 c["nouns"] += 1
@@ -150,9 +150,9 @@ class KnowledgeCoverage:
                 c["nouns_with_token_hypernyms"] += bool(
                     _token_ids(hypernyms, self.token_to_id, self.unk_id))
                 c["nouns_with_sense"] += self.kb.sense_vector_of(form, tag) is not None
-            elif tag in TARGET_TAGS:
-                c["predicates"] += 1
-                c["predicates_with_frame"] += self.kb.case_frame_of(form, tag) is not None
+        for p in predicates(forms, base):    # VV/VA and stem + XSV/XSA
+            c["predicates"] += 1
+            c["predicates_with_frame"] += self.kb.case_frame_of(p.lemma, p.tag) is not None
         for relation in find_verb_relations(forms, tags, self.kb.case_frame_of):
             c[f"verb_rule_{relation.rule}"] += 1
         if targets is not None:

@@ -7,8 +7,15 @@ the predicate's case-frame particles wins; else the nearest noun; a compound
 noun stands for its last noun; no candidate → the predicate itself.
 
 Decisions the spec leaves open:
-- Predicates that get a target: VV and VA (`TARGET_TAGS`). VX (auxiliary,
-  보조 용언) and VCP/VCN (이다/아니다) take no arguments of their own.
+- Predicates that get a target: VV and VA (`TARGET_TAGS`), and the derived
+  predicates Kiwi splits into stem + XSV/XSA (인정/NNG 하/XSV, 투입/NNG
+  되/XSV, 행복/NNG 하/XSA, 오염/NNG 시키/XSV; kjax/morph/predicates.py): one
+  predicate, whose pointer sits on the suffix, whose stem is part of it (the
+  search starts left of the stem), and whose case frame is looked up as
+  stem+suffix with VV (XSV) or VA (XSA) — 인정하/VV. The multi-hot
+  tokenizer joins X+하/되 into one VV/VA morpheme already; both forms give
+  the same target. VX (auxiliary, 보조 용언) and VCP/VCN (이다/아니다) take
+  no arguments of their own.
 - The leftward search stops at any predicate morpheme — VV VA VX VCP VCN and
   the predicate-deriving suffixes XSV/XSA (발생/NNG 하/XSV is a predicate
   too) — and also at a sentence end (SF) or a special token (tag ""): a noun
@@ -27,6 +34,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from kjax.morph.predicates import DERIVED_TAG, derived_stem
 from kjax.morph.tags import PREDICATE_TAGS, SUBSTANTIVE_TAGS, base_tag
 
 TARGET_TAGS = frozenset({"VV", "VA"})
@@ -41,6 +49,24 @@ class VerbRelation(NamedTuple):
     predicate: int      # position of the predicate
     target: int         # position of its related noun (== predicate: none found)
     rule: str           # 'frame' | 'nearest' | 'self'
+
+
+class Predicate(NamedTuple):
+    position: int       # where the pointer is read (a derived predicate: its suffix)
+    start: int          # its first morpheme (a derived predicate: its stem)
+    lemma: str          # what the case frame is looked up by: 마시, 인정하
+    tag: str            # VV or VA
+
+
+def predicates(forms: Sequence[str], tags: Sequence[str]) -> list[Predicate]:
+    """The predicates that get a target, in order (`tags`: base tags)."""
+    out = []
+    for p, tag in enumerate(tags):
+        if tag in TARGET_TAGS:
+            out.append(Predicate(p, p, forms[p], tag))
+        elif tag in DERIVED_TAG and (stem := derived_stem(tags, p)) is not None:
+            out.append(Predicate(p, stem, "".join(forms[stem:p + 1]), DERIVED_TAG[tag]))
+    return out
 
 
 def _particles_after(forms, tags, last_noun: int, limit: int) -> set[str]:
@@ -62,26 +88,27 @@ def _is_last_noun_of_compound(tags, i: int, limit: int) -> bool:
     return not (j < limit and tags[j] in NOUN_TAGS)
 
 
-def _relation_for(forms, tags, predicate: int, frame: frozenset[str] | None) -> VerbRelation:
-    nearest = None
-    for i in range(predicate - 1, -1, -1):
+def _relation_for(forms, tags, predicate: Predicate,
+                  frame: frozenset[str] | None) -> VerbRelation:
+    nearest, start = None, predicate.start
+    for i in range(start - 1, -1, -1):
         tag = tags[i]
         if tag in STOP_TAGS:
             break
-        if tag not in NOUN_TAGS or not _is_last_noun_of_compound(tags, i, predicate):
+        if tag not in NOUN_TAGS or not _is_last_noun_of_compound(tags, i, start):
             continue
-        if frame and _particles_after(forms, tags, i, predicate) & frame:
-            return VerbRelation(predicate, i, "frame")
+        if frame and _particles_after(forms, tags, i, start) & frame:
+            return VerbRelation(predicate.position, i, "frame")
         if nearest is None:
             nearest = i
     if nearest is not None:
-        return VerbRelation(predicate, nearest, "nearest")
-    return VerbRelation(predicate, predicate, "self")
+        return VerbRelation(predicate.position, nearest, "nearest")
+    return VerbRelation(predicate.position, predicate.position, "self")
 
 
 def find_verb_relations(forms: Sequence[str], tags: Sequence[str],
                         case_frame: CaseFrameLookup) -> list[VerbRelation]:
-    """One VerbRelation per VV/VA morpheme, in sequence order.
+    """One VerbRelation per predicate (VV/VA, or stem + XSV/XSA), in order.
 
     forms/tags: the morphemes of one sequence (Sejong/Kiwi tags; `-R`/`-I`
     suffixes allowed); case_frame(stem, tag) → particles or None, e.g.
@@ -90,8 +117,8 @@ def find_verb_relations(forms: Sequence[str], tags: Sequence[str],
     if len(forms) != len(tags):
         raise ValueError(f"forms ({len(forms)}) and tags ({len(tags)}) differ in length")
     base = [base_tag(t) for t in tags]
-    return [_relation_for(forms, base, p, case_frame(forms[p], tag))
-            for p, tag in enumerate(base) if tag in TARGET_TAGS]
+    return [_relation_for(forms, base, p, case_frame(p.lemma, p.tag))
+            for p in predicates(forms, base)]
 
 
 def verb_relation_targets(forms: Sequence[str], tags: Sequence[str],

@@ -24,6 +24,7 @@ the eojeol split.
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import os
 import re
@@ -31,6 +32,7 @@ import threading
 import unicodedata
 from typing import Iterable, Iterator
 
+from kjax.morph.predicates import join_derived_predicates
 from kjax.morph.tags import base_tag, is_known_tag
 
 DEFAULT_MAX_CHARS = 10_000  # no sentence is this long; Kiwi slows down past it
@@ -121,7 +123,8 @@ class KoreanAnalyzer:
     are counted in `self.stats`."""
 
     def __init__(self, num_workers: int = 1, max_chars: int = DEFAULT_MAX_CHARS,
-                 long_text: str = "truncate", compatible_jamo: bool = False):
+                 long_text: str = "truncate", compatible_jamo: bool = False,
+                 join_predicates: bool = False):
         if num_workers == 0 or num_workers < -1:
             raise ValueError(f"KoreanAnalyzer(num_workers={num_workers}): use -1 (all "
                              f"cores) or >= 1; Kiwi cannot batch with 0 workers")
@@ -134,7 +137,17 @@ class KoreanAnalyzer:
         self.max_chars = max_chars
         self.long_text = long_text
         self.compatible_jamo = compatible_jamo
+        # X+하/되 as one predicate (kjax/morph/predicates.py): the multi-hot scheme's view.
+        self.join_predicates = join_predicates
         self.stats = AnalyzerStats()
+
+    def joining_predicates(self) -> "KoreanAnalyzer":
+        """This analyzer with join_predicates on (a copy sharing its stats)."""
+        if self.join_predicates:
+            return self
+        other = copy.copy(self)
+        other.join_predicates = True
+        return other
 
     @property
     def kiwi(self):
@@ -167,7 +180,7 @@ class KoreanAnalyzer:
                 tag = "UN"
             eojeol = max(bisect.bisect_right(starts, t.start) - 1, 0)
             out.append(Morpheme(t.form, tag, t.start, t.start + t.len, eojeol))
-        return out
+        return join_derived_predicates(out) if self.join_predicates else out
 
     def analyze(self, text: str) -> list[Morpheme]:
         text = self.prepare(text)

@@ -16,6 +16,12 @@ modifies the next substantive run in its eojeol, an adnominal (MM*) the
 first one in the following eojeol. Every query token × every key token of a
 pair gets the weight; `shake.tag_weights` overrides any tag's weight.
 
+No pair crosses a segment or a sentence: a special token ([CLS], [SEP])
+ends a segment, and a jump of more than one in the eojeol ids ends a
+sentence (kjax/examples/pairs.py leaves that gap between the sentences it
+joins). An adnominal that ends segment A never modifies segment B's first
+noun; a postposition already needs its substantive in its own eojeol.
+
 Random variant: each non-special position is a query with probability p and
 boosts its score to one other non-special position chosen uniformly.
 
@@ -64,14 +70,20 @@ def check_weights(shake_cfg) -> None:
 
 
 def _morphemes(morph_ids, word_ids, tags):
-    """Morpheme runs in order: (positions, eojeol, tag name)."""
-    out, start = [], None
+    """Morpheme runs in order: (positions, eojeol, tag name, span), where
+    span numbers the stretches no pair may leave (segments, sentences)."""
+    out, start, span, special = [], None, 0, False
     for i in range(len(morph_ids) + 1):
         boundary = (i == len(morph_ids) or morph_ids[i] < 0
                     or (i > 0 and morph_ids[i] != morph_ids[i - 1]))
         if boundary and start is not None:
-            out.append((np.arange(start, i), int(word_ids[start]), base_tag(TAGS[tags[start]])))
-            start = None
+            word = int(word_ids[start])
+            if special or (out and word > out[-1][1] + 1):   # after [SEP], or a new sentence
+                span += 1
+            out.append((np.arange(start, i), word, base_tag(TAGS[tags[start]]), span))
+            start, special = None, False
+        if i < len(morph_ids) and morph_ids[i] < 0:
+            special = bool(out)
         if i < len(morph_ids) and morph_ids[i] >= 0 and start is None:
             start = i
     return out
@@ -82,12 +94,12 @@ def _substantive_run(morphemes, k, step):
     morpheme k. Backwards (a postposition) it must be in k's eojeol, past
     skippable tags only; forwards (a prefix/adnominal) past other prefixes
     and adnominals only."""
-    eojeol = morphemes[k][1]
+    eojeol, span = morphemes[k][1], morphemes[k][3]
     skippable = SKIPPABLE if step < 0 else GROUP3
     j = k + step
     while 0 <= j < len(morphemes):
-        positions, word, tag = morphemes[j]
-        if step < 0 and word != eojeol:
+        positions, word, tag, other_span = morphemes[j]
+        if step < 0 and word != eojeol or other_span != span:
             return None
         if is_substantive(tag):
             run = [positions]
@@ -106,7 +118,7 @@ def pos_pairs(morph_ids, word_ids, tags, weights) -> list[tuple[np.ndarray, np.n
     """(query positions, key positions, weight) for every POS pair of a sequence."""
     morphemes = _morphemes(np.asarray(morph_ids), np.asarray(word_ids), np.asarray(tags))
     pairs = []
-    for k, (positions, eojeol, tag) in enumerate(morphemes):
+    for k, (positions, eojeol, tag, _) in enumerate(morphemes):
         if weights.get(tag, 0.0) == 0.0:
             continue
         found = _substantive_run(morphemes, k, +1 if tag in GROUP3 else -1)

@@ -49,8 +49,19 @@ def train_tokenizer(config) -> tuple[str, CorpusStats]:
         # vocab_size is the BPE size before rewriting; the final vocabulary is
         # smaller (duplicates merge) plus syllable/digit/letter tokens (§2.1).
         MultihotTokenizer.train(sentences, tokenizer_file(config), t.vocab_size,
-                                min_syllable_count=t.min_syllable_count)
+                                min_syllable_count=t.min_syllable_count,
+                                min_syllable_share=t.min_syllable_share)
     return tokenizer_file(config), stats
+
+
+def vocabulary_report(config) -> str:
+    """What `kjax tokenizer train` prints about the new vocabulary: for
+    multihot its composition and warnings when the [UNK] fallback is thin."""
+    tok = open_tokenizer(config)
+    if config.tokenizer.scheme != "multihot":
+        return f"{tok.vocab_size:,} pieces"
+    from kjax.tokens.multihot_build import format_composition
+    return format_composition(tok.vocab.composition(), tok.vocab.settings)
 
 
 def open_tokenizer(config):

@@ -10,6 +10,16 @@ on its own. `add_dummy_prefix` is off: the `▁` marks are ours.
 
     나는 학교에서  →  ▁나 | 는 | ▁학교 | 에서   (| = unit boundary)
 
+No bare "▁" tokens (issue 15, measured in docs/EXPERIMENTS.md): when the
+vocabulary has no "▁form" piece, sentencepiece spells "▁" + pieces of form,
+and that bare "▁" would take a model position (14.6 % of all positions on
+held-out Wikipedia text), become a key of every SHAKE pair of its noun and
+an MLM target of every masked word-initial morpheme, while saying only "a
+word starts here" — which the eojeol ids in every example say exactly. So
+it is dropped: the word start shows where the vocabulary learned "▁form"
+(the frequent word-initial morphemes), and `bare_word_starts=True` restores
+the old encoding.
+
 The per-token arrays follow the kjax contract (see tokens/sentencepiece.py):
 `morph` is the morpheme index, `inpos` the piece's place in it, `tag` the
 morpheme's POS id (METHODS §1.3 lines SHAKE pairs up on these).
@@ -61,9 +71,12 @@ class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
     TRAIN_HINT = "`kjax tokenizer train` (tokenizer.scheme=morph-sp)"
 
-    def __init__(self, model_file: str, analyzer: KoreanAnalyzer | None = None):
+    def __init__(self, model_file: str, analyzer: KoreanAnalyzer | None = None,
+                 bare_word_starts: bool = False):
         super().__init__(model_file)
         self.analyzer = analyzer or KoreanAnalyzer()
+        bare = self.sp.piece_to_id(WORD_START)
+        self.bare_id = -1 if bare_word_starts or bare == UNK else bare   # dropped when alone
 
     @classmethod
     def train(cls, sentences: Iterable[str], vocab_size: int, model_prefix: str,
@@ -109,6 +122,8 @@ class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
         for k, (m, unit, piece_ids) in enumerate(zip(morphemes, units, pieces)):
             if unit in ("", WORD_START) or not piece_ids:
                 piece_ids = [UNK]           # every morpheme keeps >= 1 token
+            elif piece_ids[0] == self.bare_id and len(piece_ids) > 1:
+                piece_ids = piece_ids[1:]   # no bare ▁ (module doc)
             n = len(piece_ids)
             ids += piece_ids
             morph += [k] * n
@@ -119,5 +134,6 @@ class MorphSPTokenizer(MorphemeEncoding, SentencePieceTokenizer):
                 for key, a in zip(TOKEN_ARRAYS, (ids, morph, inpos, tags, eojeol))}
 
     def decode(self, ids) -> str:
-        """Morpheme forms joined per eojeol (lemmas: 보았다 comes back 보었다)."""
+        """Morpheme forms joined, a space where a piece shows a word start
+        (lemmas: 보았다 comes back 보었다)."""
         return self.sp.decode([int(i) for i in ids])

@@ -14,48 +14,57 @@ Decisions the spec leaves open (kept in one place, tested):
   `##`, `,` and `.` inside included: `1,000` → `1## ,## 0## 0## 0##`,
   `3.14` → `3## .## 1## 4##`. Full-width / other decimal digits and accented
   Latin letters are folded to ASCII first (`２０` → `2## 0##`, `é` → `e`).
-- "Syllables" are characters: Hangul syllables, jamo (ᆫ, ㅋ), symbols and
-  emoji all become `@c` tokens when seen >= min_syllable_count times in
-  morphemes that are not single tokens. Runs of Hanja → one `[CHC]`, runs of
-  other-script letters → one `[OTL]`. One unknown character makes the whole
-  morpheme a single `[UNK]` (§2.1 "A morpheme with an unknown syllable").
+- Morphemes are Kiwi's with X+하/되 joined into one predicate (인정/NNG
+  하/XSV → 인정하/VV; kjax/morph/predicates.py), as the thesis's analyser
+  gives them, so rule 3 (`동의하/VV → [동의, 하##]`) applies; `하##` and
+  `되##` are always in a built vocabulary.
+- "Syllables" are characters (kjax/tokens/characters.py): Hangul syllables
+  and jamo, symbols and emoji become `@c` tokens when seen often enough in
+  *all* morphemes of the training text — at least `min_syllable_count`
+  times and at least `min_syllable_share` of all syllable occurrences
+  (default 1e-8: the thesis's 50 in its ≈5·10⁹ syllables, 16.2 GB; on any
+  corpus under 10⁸ syllables every syllable seen is kept). Runs of Hanja →
+  one `[CHC]`, runs of other-script letters → one `[OTL]`.
+- Fallbacks, so a vocabulary built here has no [UNK] for lack of a
+  syllable: an unseen Hangul syllable is spelled by its jamo (`@ᄇ @ᅰ @ᆰ`),
+  an unseen symbol/emoji by its Unicode category (`[SYM:So]`); see
+  characters.py. A vocabulary without those tokens (hand-made, or built by
+  an older kjax) keeps §2.1's rule: one unknown character makes the whole
+  morpheme a single `[UNK]`.
 """
 from __future__ import annotations
 
-import collections
 import functools
-import io
 import json
 import os
 import re
 import unicodedata
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
-import sentencepiece as spm
 
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
+from kjax.morph.predicates import JOINED_SUFFIXES, join_derived_predicates
 from kjax.morph.tags import PREDICATE_TAGS, TAGS, base_tag, tag_id
+from kjax.tokens.characters import (CHC, JAMO_TOKENS, OTL, SYLLABLE, SYMBOL_TOKENS, char_class,
+                                    fold, jamo_of, symbol_token)
 from kjax.tokens.morphemes import MorphemeEncoding
 from kjax.tokens.sentencepiece import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, TOKEN_ARRAYS,
                                        UNK)
 
-UNK_TOKEN, CHC, OTL = "[UNK]", "[CHC]", "[OTL]"
+UNK_TOKEN = "[UNK]"
 CONT = "##"          # continuation mark (§2.1)
-SYLLABLE = "@"       # syllable-token prefix (§2.1)
 DIGITS = "0123456789"
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-BASE_TOKENS = (*SPECIAL_TOKENS, CHC, OTL, *DIGITS, *(d + CONT for d in DIGITS),
-               "," + CONT, "." + CONT, *LETTERS)
+DIGIT_TOKENS = (*DIGITS, *(d + CONT for d in DIGITS), "," + CONT, "." + CONT)
+BASE_TOKENS = (*SPECIAL_TOKENS, CHC, OTL, *DIGIT_TOKENS, *LETTERS)
+# Always added by `build`, but not required of a vocabulary file (see the doc).
+FALLBACK_TOKENS = (*JAMO_TOKENS, *SYMBOL_TOKENS, *(x + CONT for x in JOINED_SUFFIXES))
 FORMAT = "kjax-multihot-vocab"
 _NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
 _APPEND_CONT = PREDICATE_TAGS | {"XPN", "XSV", "XSA"}
-_X_HA_SUFFIXES = ("하", "되")                    # §2.2 step 3
-_CHAR_RULE_TAGS = {"SN", "SL", "SH"}             # spelled by character rules
-_TAG_CHAR_BASE = 0xE000                          # private use area
-_WORD_START = "\u2581"
 
 
 def rewrite(form: str, tag: str) -> str:
@@ -80,53 +89,9 @@ def token_surface(token: str) -> str:
     return token
 
 
-def _is_hangul(c: str) -> bool:
-    o = ord(c)
-    return (0xAC00 <= o <= 0xD7A3 or 0x1100 <= o <= 0x11FF or 0x3130 <= o <= 0x318F
-            or 0xA960 <= o <= 0xA97F or 0xD7B0 <= o <= 0xD7FF)
-
-
-def _is_hanja(c: str) -> bool:
-    o = ord(c)
-    return (0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF
-            or 0x20000 <= o <= 0x3134F)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _fold(c: str) -> str:
-    """Other decimal digits → ASCII digit; full-width/accented Latin → ASCII."""
-    if c.isascii():
-        return c
-    cat = unicodedata.category(c)
-    if cat == "Nd":
-        return str(unicodedata.decimal(c))
-    if cat[0] == "L":
-        base = unicodedata.normalize("NFKD", c)[:1]
-        if base.isascii() and base.isalpha():
-            return base
-    return c
-
-
-def _char_class(c: str) -> str:
-    """'digit' | 'latin' | 'hanja' | 'other' (other-script letter) |
-    'space' | 'syllable' (Hangul, jamo, symbols, emoji: `@c` tokens)."""
-    f = _fold(c)
-    if f.isascii() and f.isdigit():
-        return "digit"
-    if f.isascii() and f.isalpha():
-        return "latin"
-    if _is_hanja(c):
-        return "hanja"
-    if c.isspace():
-        return "space"
-    if unicodedata.category(c)[0] == "L" and not _is_hangul(c):
-        return "other"
-    return "syllable"
-
-
 def _number_or_latin(form: str) -> list[str] | None:
     """§2.2 step 2: digit or letter tokens, or None if not a number/Latin word."""
-    folded = "".join(_fold(c) for c in form)
+    folded = "".join(fold(c) for c in form)
     if _NUMBER.fullmatch(folded):
         return [folded] if len(folded) == 1 else [c + CONT for c in folded]
     if folded.isascii() and folded.isalpha():
@@ -137,8 +102,8 @@ def _number_or_latin(form: str) -> list[str] | None:
 def _shadows_char_rules(token: str) -> bool:
     """True for tokens §2.1's character rules must produce instead."""
     core = token_surface(token)
-    classes = {_char_class(c) for c in core}
-    if classes & {"hanja", "other", "space"}:
+    classes = {char_class(c) for c in core}
+    if classes & {"hanja", "other", "space", "ignorable"}:
         return True
     return len(core) > 1 and bool(classes & {"digit", "latin"})
 
@@ -206,30 +171,44 @@ class MultihotVocab:
         if digits_or_letters is not None:
             return digits_or_letters
         if (base_tag(tag) in PREDICATE_TAGS and len(form) > 1    # step 3: X+하, X+되
-                and form[-1] in _X_HA_SUFFIXES and form[-1] + CONT in self._index):
+                and form[-1] in JOINED_SUFFIXES and form[-1] + CONT in self._index):
             head = [form[:-1]] if form[:-1] in self._index else self._characters(form[:-1])
             return [UNK_TOKEN] if head is None else head + [form[-1] + CONT]
         chars = self._characters(form)                  # step 4: syllables
         return [UNK_TOKEN] if chars is None else chars
 
     def _characters(self, text: str) -> list[str] | None:
-        """Character tokens; None when a syllable is not in the vocabulary."""
+        """Character tokens with the fallbacks of characters.py; None when a
+        character has neither a token nor a fallback in this vocabulary."""
         out: list[str] = []
         several = len(text) > 1
         for c in text:
-            kind = _char_class(c)
+            kind = char_class(c)
             if kind == "digit":
-                out.append(_fold(c) + CONT if several else _fold(c))
+                out.append(fold(c) + CONT if several else fold(c))
             elif kind == "latin":
-                out.append(_fold(c))
+                out.append(fold(c))
             elif kind in ("hanja", "other"):
                 mark = CHC if kind == "hanja" else OTL
                 if not out or out[-1] != mark:
                     out.append(mark)
-            elif kind == "syllable":
-                if SYLLABLE + c not in self._index:
+            elif kind == "hangul":
+                if SYLLABLE + c in self._index:
+                    out.append(SYLLABLE + c)
+                    continue
+                jamo = [SYLLABLE + j for j in jamo_of(c) or ()]
+                if not jamo or not all(j in self._index for j in jamo):
                     return None
-                out.append(SYLLABLE + c)
+                out += jamo
+            elif kind == "symbol":
+                if SYLLABLE + c in self._index:
+                    out.append(SYLLABLE + c)
+                    continue
+                mark = symbol_token(c)
+                if mark not in self._index:
+                    return None
+                if not out or out[-1] != mark:
+                    out.append(mark)
         return out or None
 
     def _encode_ids_uncached(self, form: str, tag: str) -> tuple[int, ...]:
@@ -262,106 +241,53 @@ class MultihotVocab:
                         if k not in ("format", "version", "size")}
         return cls(tokens, settings, source=path)
 
-    # ---- §2.1: building --------------------------------------------------
+    # ---- §2.1: building (kjax/tokens/multihot_build.py) --------------------
     @classmethod
     def build(cls, morpheme_sentences: Iterable[Sequence], bpe_vocab_size: int,
-              min_syllable_count: int = 50, character_coverage: float = 0.9995,
-              input_sentence_size: int = 2_000_000,
+              min_syllable_count: int = 1, min_syllable_share: float = 1e-8,
+              character_coverage: float = 0.9995, input_sentence_size: int = 2_000_000,
               num_threads: int | None = None) -> "MultihotVocab":
         """BPE over `form+TAG` units, rewritten by POS, plus syllable, digit,
-        letter and [CHC]/[OTL] tokens. `morpheme_sentences` yields sequences of
-        `Morpheme` or `(form, tag)`; it is read once."""
-        counts: collections.Counter = collections.Counter()
+        letter, [CHC]/[OTL] and fallback tokens (module doc). `morpheme_sentences`
+        yields sequences of `Morpheme` or `(form, tag)`, as the tokenizer's
+        analyser gives them (X+하/되 joined); it is read once."""
+        from kjax.tokens.multihot_build import build_vocab
+        tokens, settings = build_vocab(morpheme_sentences, bpe_vocab_size, min_syllable_count,
+                                       min_syllable_share, character_coverage,
+                                       input_sentence_size, num_threads)
+        return cls(tokens, settings)
 
-        def units() -> Iterator[str]:
-            for sentence in morpheme_sentences:
-                words = []
-                for m in sentence:
-                    form, tag = (m.form, m.tag) if isinstance(m, Morpheme) else m[:2]
-                    form, tag = "".join(form.split()).replace(_WORD_START, ""), base_tag(tag)
-                    if not form:
-                        continue
-                    counts[form, tag] += 1
-                    if tag not in _CHAR_RULE_TAGS and not tag.startswith("W_"):
-                        words.append(form + chr(_TAG_CHAR_BASE + tag_id(tag)))
-                if words:
-                    yield " ".join(words)
+    def composition(self) -> dict[str, int]:
+        """Token counts by kind: BPE (rewritten), @ Hangul syllables, @ jamo,
+        @ symbols/emoji, digits, letters, specials, fallback class tokens."""
+        from kjax.tokens.multihot_build import composition
+        return composition(self.tokens)
 
-        pieces = _train_bpe(units(), bpe_vocab_size, character_coverage,
-                            input_sentence_size, num_threads)
-        vocab = dict.fromkeys(BASE_TOKENS)
-        for piece in pieces:
-            token = _rewrite_piece(piece)
-            if token and _storable(token) and not _shadows_char_rules(token):
-                vocab.setdefault(token)
-        n_bpe = len(vocab) - len(BASE_TOKENS)
-        syllables: collections.Counter = collections.Counter()
-        for (form, tag), n in counts.items():   # morphemes that are not one token
-            if rewrite(form, tag) in vocab or _number_or_latin(form) is not None:
-                continue
-            for c in form:
-                if _char_class(c) == "syllable":
-                    syllables[c] += n
-        kept = sorted((c for c, n in syllables.items() if n >= min_syllable_count),
-                      key=lambda c: (-syllables[c], c))
-        for c in kept:
-            vocab.setdefault(SYLLABLE + c)
-        settings = {"bpe_vocab_size": bpe_vocab_size, "min_syllable_count": min_syllable_count,
-                    "bpe_tokens_rewritten": n_bpe, "syllable_tokens": len(kept),
-                    "morpheme_types": len(counts)}
-        return cls(list(vocab), settings)
-
-
-def _rewrite_piece(piece: str) -> str | None:
-    """A BPE piece → vocabulary token (§2.1), or None for tag-only pieces.
-    Only a whole unit (`▁form` + tag) is rewritten by its tag; the tail of a
-    unit (`시`+VV out of `마시`+VV) is not a predicate, so it loses the tag
-    and is kept like the pieces learned without one."""
-    whole = piece.startswith(_WORD_START)
-    piece = piece.replace(_WORD_START, "")
-    if piece and _TAG_CHAR_BASE <= ord(piece[-1]) < _TAG_CHAR_BASE + len(TAGS):
-        form, tag = piece[:-1], TAGS[ord(piece[-1]) - _TAG_CHAR_BASE]
-        return (rewrite(form, tag) if whole else form) or None
-    return piece or None            # learned without a tag: kept as it is
-
-
-def _train_bpe(units: Iterator[str], vocab_size: int, character_coverage: float,
-               input_sentence_size: int, num_threads: int | None) -> list[str]:
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=units, model_writer=model, vocab_size=vocab_size,
-            model_type="bpe", character_coverage=character_coverage,
-            input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
-            hard_vocab_limit=False,          # a small corpus gives a smaller vocabulary
-            split_by_unicode_script=False,   # else form and tag char never merge
-            normalization_rule_name="identity", unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1,
-            num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
-    except RuntimeError as e:
-        raise KjaxError(f"BPE training for the multi-hot vocabulary failed ({e}); check that "
-                        f"the corpus is non-empty Korean text") from None
-    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
-    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-            if not (sp.is_unknown(i) or sp.is_control(i))]
+    def warnings(self) -> list[str]:
+        """Why this vocabulary may leave held-out text in [UNK] (empty: fine)."""
+        from kjax.tokens.multihot_build import thin_fallback_warnings
+        return thin_fallback_warnings(self.composition(), self.settings)
 
 
 class MultihotTokenizer(MorphemeEncoding):
     """Sentence → per-token arrays for the multi-hot input (§2.3): `morph` is
-    the morpheme index (the model position), `inpos` the token's place in it."""
+    the morpheme index (the model position), `inpos` the token's place in it.
+    Its morphemes are Kiwi's with X+하/되 joined (`self.analyzer` joins them,
+    so callers that index morphemes by `morph` get the same list)."""
     scheme = "multihot"
     PAD, UNK, CLS, SEP, MASK = PAD, UNK, CLS, SEP, MASK
 
     def __init__(self, vocab: MultihotVocab | str, analyzer: KoreanAnalyzer | None = None):
         self.vocab = MultihotVocab.load(vocab) if isinstance(vocab, str) else vocab
-        self.analyzer = analyzer or KoreanAnalyzer()
+        self.analyzer = (analyzer or KoreanAnalyzer()).joining_predicates()
 
     @classmethod
     def train(cls, sentences: Iterable[str], path: str, bpe_vocab_size: int,
-              min_syllable_count: int = 50, analyzer: KoreanAnalyzer | None = None,
+              min_syllable_count: int = 1, analyzer: KoreanAnalyzer | None = None,
               num_workers: int | None = None, **build_options) -> "MultihotTokenizer":
         """Analyses raw sentences with Kiwi, builds the vocabulary (§2.1) and
         saves it to `path` (+ `path.json`)."""
-        analyzer = analyzer or KoreanAnalyzer()
+        analyzer = (analyzer or KoreanAnalyzer()).joining_predicates()
         vocab = MultihotVocab.build(analyzer.analyze_many(sentences, num_workers),
                                     bpe_vocab_size, min_syllable_count, **build_options)
         vocab.save(path)
@@ -378,8 +304,10 @@ class MultihotTokenizer(MorphemeEncoding):
         return self.vocab.token_to_id(token)
 
     def encode_morphemes(self, morphemes: Sequence[Morpheme]) -> dict[str, np.ndarray]:
+        """Kiwi's morphemes → per-token arrays; `morph` indexes the list with
+        X+하/되 joined (the analyzer's own output is joined already)."""
         ids, morph, inpos, tags, eojeol = [], [], [], [], []
-        for k, m in enumerate(morphemes):
+        for k, m in enumerate(join_derived_predicates(morphemes)):
             token_ids = self.vocab.encode_morpheme_ids(m.form, m.tag)
             n = len(token_ids)
             ids += token_ids
@@ -393,7 +321,8 @@ class MultihotTokenizer(MorphemeEncoding):
 
     def decode_morphemes(self, encoded: dict[str, np.ndarray]) -> list[tuple[str, str]]:
         """Per-token arrays → (form, tag) per morpheme. Exact for in-vocabulary
-        material; [UNK], [CHC] and [OTL] come back as themselves."""
+        material (jamo-spelled syllables included); [UNK], [CHC], [OTL] and
+        [SYM:*] come back as themselves."""
         out: list[tuple[str, str]] = []
         last = None
         for i, k, t in zip(encoded["ids"], encoded["morph"], encoded["tag"]):
@@ -403,7 +332,7 @@ class MultihotTokenizer(MorphemeEncoding):
             else:
                 out.append((surface, TAGS[int(t)]))
                 last = k
-        return out
+        return [(unicodedata.normalize("NFC", form), tag) for form, tag in out]
 
     def decode(self, ids) -> str:
         """Tokens joined by spaces (morpheme boundaries need `decode_morphemes`)."""

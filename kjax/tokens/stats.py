@@ -9,6 +9,8 @@ corpus — the analogues of METHODS §2.2's reported figures (Tables 3 and 8):
                           set of >= 2 tokens (multihot's §2.2 token sets)
     crossing pieces       plain sentencepiece: share of pieces that overlap two
                           morphemes (a piece like ▁했다 spans 하+었+다)
+    bare ▁ tokens         share of tokens that are a bare "▁" (a word start
+                          sentencepiece could not attach to a piece)
 
 morph-sp and multihot assign every token to one morpheme, so their splits are
 read off the per-token `morph` array and no token crosses a boundary. Plain
@@ -18,6 +20,13 @@ than one piece overlaps it; a piece crosses when it overlaps two morphemes.
 Morphemes that share one span (했 → 하/VV + 었/EP both on "했") are one unit
 for the alignment, since no piece could separate them; zero-width morphemes
 (이/VCP after a vowel) are overlapped by no piece and count as not split.
+
+Bare "▁" pieces count the same way in both sentencepiece schemes: as tokens
+(each takes a model position), never as a piece of a morpheme. Plain
+sentencepiece's "▁" covers the space before a word, which no morpheme
+overlaps; morph-sp assigns it to the morpheme that starts the word, so it
+is taken out of that morpheme's count here. multihot's morphemes are its
+own (X+하/되 joined, kjax/morph/predicates.py), as its analyser gives them.
 """
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ import numpy as np
 from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import pos_class
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
-from kjax.tokens.sentencepiece import UNK
+from kjax.tokens.sentencepiece import UNK, WORD_START
 
 POS_CLASSES = ("noun", "predicate", "other")
 _BATCH = 512  # sentences analysed per Kiwi call
@@ -51,6 +60,7 @@ class TokenizerStats:
     tokens: int = 0
     unk_tokens: int = 0
     crossing_tokens: int = 0    # pieces overlapping two morpheme spans (sentencepiece)
+    bare_space_tokens: int = 0  # bare "▁" pieces (sentencepiece, morph-sp)
     by_class: dict = dataclasses.field(
         default_factory=lambda: {c: ClassCounts() for c in POS_CLASSES})
 
@@ -72,6 +82,7 @@ class TokenizerStats:
                "morphemes": rows["all"].morphemes, "tokens": self.tokens,
                "tokens_per_morpheme": share(self.tokens, rows["all"].morphemes),
                "unk_token_rate": share(self.unk_tokens, self.tokens),
+               "bare_space_share": share(self.bare_space_tokens, self.tokens),
                "unk_morpheme_rate": share(rows["all"].with_unk, rows["all"].morphemes),
                "split_share": {k: share(c.split, c.morphemes) for k, c in rows.items()},
                "counts": {k: dataclasses.asdict(c) for k, c in rows.items()}}
@@ -82,6 +93,7 @@ class TokenizerStats:
             out["token_set_share"] = out["split_share"]["all"]
             out["crossing_share"] = 0.0       # by construction
         out["unk_tokens"], out["crossing_tokens"] = self.unk_tokens, self.crossing_tokens
+        out["bare_space_tokens"] = self.bare_space_tokens
         return out
 
 
@@ -126,6 +138,7 @@ def measure(tokenizer, sentences: Iterable[str],
     """Statistics of `tokenizer` (any kjax scheme) over `sentences`."""
     analyzer = getattr(tokenizer, "analyzer", None) or analyzer or KoreanAnalyzer()
     stats = TokenizerStats(tokenizer.scheme)
+    bare = bare_space_id(tokenizer)
     for batch in _batches(sentences):
         texts = [analyzer.prepare(s) for s in batch]   # the text offsets refer to
         stats.sentences += len(texts)
@@ -137,14 +150,24 @@ def measure(tokenizer, sentences: Iterable[str],
                 _add_aligned(stats, text, morphemes, proto.pieces)
         else:
             for morphemes in analyses:
-                _add_encoded(stats, morphemes, tokenizer.encode_morphemes(morphemes))
+                _add_encoded(stats, morphemes, tokenizer.encode_morphemes(morphemes), bare)
     return stats
+
+
+def bare_space_id(tokenizer) -> int:
+    """The id of the bare "▁" piece, -1 if the vocabulary has none (multihot's
+    never has: its BPE pieces lose the mark)."""
+    if tokenizer.scheme == "multihot":
+        return -1
+    i = int(tokenizer.token_to_id(WORD_START))
+    return -1 if i == UNK else i
 
 
 def _add_aligned(stats: TokenizerStats, text: str, morphemes, pieces) -> None:
     ids = np.asarray([p.id for p in pieces], int)
     stats.tokens += len(ids)
     stats.unk_tokens += int((ids == UNK).sum())
+    stats.bare_space_tokens += sum(p.piece == WORD_START for p in pieces)
     begin, end = piece_spans(text, pieces)
     per_morpheme, per_piece = align_pieces(begin, end, morphemes)
     stats.crossing_tokens += int((per_piece > 1).sum())
@@ -154,11 +177,12 @@ def _add_aligned(stats: TokenizerStats, text: str, morphemes, pieces) -> None:
         stats.add_morpheme(m.tag, int(n), has_unk)
 
 
-def _add_encoded(stats: TokenizerStats, morphemes, encoded: dict) -> None:
+def _add_encoded(stats: TokenizerStats, morphemes, encoded: dict, bare: int = -1) -> None:
     ids, morph = encoded["ids"], encoded["morph"]
     stats.tokens += len(ids)
     stats.unk_tokens += int((ids == UNK).sum())
-    counts = np.bincount(morph, minlength=len(morphemes))
+    stats.bare_space_tokens += int((ids == bare).sum())
+    counts = np.bincount(morph, weights=ids != bare, minlength=len(morphemes)).astype(int)
     unk = np.bincount(morph, weights=ids == UNK, minlength=len(morphemes)) > 0
     for m, n, has_unk in zip(morphemes, counts, unk):
         stats.add_morpheme(m.tag, int(n), bool(has_unk))
@@ -193,6 +217,7 @@ def format_stats(s: dict) -> str:
             f"{s['corpus']}: {s['sentences']:,} sentences, {s['chars']:,} chars, "
             f"{s['tokens']:,} tokens ({s['tokens_per_morpheme']:.2f} per morpheme)")
     tail = [f"[UNK] tokens: {pct(s['unk_token_rate'])} of tokens",
+            f"bare ▁ tokens: {pct(s['bare_space_share'])} of tokens",
             f"morphemes as token sets: {pct(s['token_set_share'])}",
             f"tokens crossing a morpheme boundary: {pct(s['crossing_share'])}"]
     return "\n".join([head, format_table(["", *cols], rows), *tail])

@@ -25,10 +25,20 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
          optax.linear_schedule(peak, 0.0, max(1, train_cfg.num_steps - warmup))], [warmup])
 
 
+# Multiplicative gates: parameters initialised at 1 that scale other vectors
+# (E_inpos, METHODS Eq. 3). Decay would pull them to 0, i.e. switch the
+# morpheme's tokens off, not towards "no effect" (1). Chosen by name, not by
+# rank: E_inpos is a [tokens per morpheme, hidden] table, shaped like the
+# embedding tables that should decay.
+NO_DECAY_MODULES = ("inpos_embeddings",)
+
+
 def decay_mask(params):
-    """Weight decay on matrices only: not on LayerNorm scales or any bias."""
+    """Weight decay on matrices only: not on LayerNorm scales, biases or the
+    multiplicative gates of NO_DECAY_MODULES."""
     def decays(path, _):
-        return getattr(path[-1], "key", None) in ("kernel", "embedding")
+        names = [getattr(p, "key", None) for p in path]
+        return names[-1] in ("kernel", "embedding") and not set(names) & set(NO_DECAY_MODULES)
     return jax.tree_util.tree_map_with_path(decays, params)
 
 

@@ -39,6 +39,31 @@ def loss_weights(config) -> dict[str, float]:
     return {"hypernym": g.hypernym_weight, "sense": g.sense_weight, "verb": g.verb_weight}
 
 
+def objective_weights(config) -> dict[str, float]:
+    """Each objective's factor in the training loss (MLM 1, NSP train.nsp_weight,
+    knowledge.*_weight): `kjax eval`'s "loss" sums them the same way."""
+    return {"mlm": 1.0, "nsp": config.train.nsp_weight, **loss_weights(config)}
+
+
+# Every metric and the objective whose slots weigh it: a batch's mean times
+# the batch's slot count sums exactly across batches of any fill.
+METRIC_OBJECTIVE = {"mlm_loss": "mlm", "mlm_accuracy": "mlm", "nsp_loss": "nsp",
+                    "nsp_accuracy": "nsp", "hypernym_loss": "hypernym",
+                    "hypernym_top1": "hypernym", "hypernym_top5": "hypernym",
+                    "sense_loss": "sense", "sense_cosine": "sense",
+                    "verb_loss": "verb", "verb_accuracy": "verb"}
+
+
+def objective_slots(batch) -> dict:
+    """Per objective, how many slots of the batch count (its metrics' weight)."""
+    slots = {"mlm": batch["mlm_weights"].sum(), "nsp": batch["nsp_weights"].sum()}
+    if "hyp_mask" in batch:
+        slots["hypernym"] = batch["hyp_mask"].astype(jnp.float32).sum()
+        slots["sense"] = batch["sense_mask"].astype(jnp.float32).sum()
+        slots["verb"] = (batch["verb_targets"] >= 0).astype(jnp.float32).sum()
+    return slots
+
+
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
     nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
@@ -71,17 +96,18 @@ def make_train_step(config, mesh, train_model, tx, shardings):
 
 
 def make_eval_step(config, mesh, eval_model, param_shardings):
-    """Returns weighted sums so batches of any fill combine exactly on the host."""
+    """Returns weighted sums of every metric (and `<objective>_weight`, the
+    slot counts) so batches of any fill combine exactly on the host."""
     nsp_weight, mlm_loss = config.train.nsp_weight, config.train.mlm_loss
     knowledge_weights = loss_weights(config)
 
     def eval_step(params, batch):
         outputs = _forward(eval_model, params, batch)
         _, m = pretraining_loss(outputs, batch, nsp_weight, mlm_loss, knowledge_weights)
-        mlm_w, nsp_w = batch["mlm_weights"].sum(), batch["nsp_weights"].sum()
-        return {"mlm_loss": m["mlm_loss"] * mlm_w, "mlm_accuracy": m["mlm_accuracy"] * mlm_w,
-                "nsp_loss": m["nsp_loss"] * nsp_w, "nsp_accuracy": m["nsp_accuracy"] * nsp_w,
-                "mlm_weight": mlm_w, "nsp_weight": nsp_w}
+        slots = objective_slots(batch)
+        sums = {k: v * slots[METRIC_OBJECTIVE[k]] for k, v in m.items() if k in METRIC_OBJECTIVE}
+        used = {METRIC_OBJECTIVE[k] for k in sums}
+        return {**sums, **{f"{o}_weight": slots[o] for o in used}}
 
     jitted = jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding(mesh)),
                      out_shardings=replicated(mesh))
@@ -92,13 +118,17 @@ def make_eval_step(config, mesh, eval_model, param_shardings):
     return run
 
 
-def summarize_eval(sums: list[dict]) -> dict:
+def summarize_eval(sums: list[dict], weights: dict[str, float] | None = None) -> dict:
+    """Every metric averaged over the eval set's slots, and "loss": Σ over the
+    objectives of weight · loss (`objective_weights(config)`: as in training;
+    None: every weight 1)."""
     total = {k: sum(float(s[k]) for s in sums) for k in sums[0]}
-    mlm_w, nsp_w = max(total["mlm_weight"], 1e-8), max(total["nsp_weight"], 1e-8)
-    return {"mlm_loss": total["mlm_loss"] / mlm_w, "mlm_accuracy": total["mlm_accuracy"] / mlm_w,
-            "nsp_loss": total["nsp_loss"] / nsp_w, "nsp_accuracy": total["nsp_accuracy"] / nsp_w,
-            "loss": total["mlm_loss"] / mlm_w + total["nsp_loss"] / nsp_w,
-            "examples": total["nsp_weight"]}
+    out = {k: total[k] / max(total[f"{o}_weight"], 1e-8)
+           for k, o in METRIC_OBJECTIVE.items() if k in total}
+    out["loss"] = sum((weights or {}).get(o, 1.0) * out[f"{o}_loss"]
+                      for o in dict.fromkeys(METRIC_OBJECTIVE.values()) if f"{o}_loss" in out)
+    out["examples"] = total["nsp_weight"]
+    return out
 
 
 def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:

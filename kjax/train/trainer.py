@@ -30,7 +30,8 @@ from kjax.run_config import record_config
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
-from kjax.train.step import flops_per_example, make_eval_step, make_train_step, summarize_eval
+from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
+                             objective_weights, summarize_eval)
 
 
 def check_data(config) -> dict:
@@ -125,7 +126,7 @@ class Session:
             jax.process_count())]
         if not sums:
             raise KjaxError(f"no eval examples in {c.data.dir}; lower data.eval_every_nth_doc")
-        return summarize_eval(jax.device_get(sums))
+        return summarize_eval(jax.device_get(sums), objective_weights(c))
 
 
 def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
