@@ -1,0 +1,124 @@
+"""Storage faults as one line: a full disk, a read-only file system or a
+denied permission, wherever they surface (the workdir check before
+compiling, orbax's background write threads, TensorStore's status codes,
+metrics appends), become one `KjaxError` that names the path, the last
+complete checkpoint and what to do. Paths go through etils.epath, so the
+same checks work on gs:// (where "full" means a quota and "denied" a 403).
+
+`quiet_library_logs` keeps orbax's own log records (warnings meant for its
+developers, and error records with tracebacks from its background threads,
+for failures kjax reports itself) off the CLI's stderr; KJAX_DEBUG=1 shows
+them.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+
+from kjax.errors import KjaxError
+
+FULL, READ_ONLY, DENIED = "full", "read-only", "denied"
+_ERRNO_KIND = {errno.ENOSPC: FULL, errno.EDQUOT: FULL, errno.EFBIG: FULL,
+               errno.EROFS: READ_ONLY, errno.EACCES: DENIED, errno.EPERM: DENIED}
+# TensorStore/absl status codes and the strerror texts orbax passes on as text.
+_TEXT_KIND = ((re.compile(r"RESOURCE_EXHAUSTED|No space left|quota|File too large"), FULL),
+              (re.compile(r"Read-only file system"), READ_ONLY),
+              (re.compile(r"PERMISSION_DENIED|Permission denied|Operation not permitted|"
+                          r"\b403\b"), DENIED))
+_REASON = {FULL: "no space left on the device (or a quota or file-size limit)",
+           READ_ONLY: "the file system is read-only", DENIED: "permission denied"}
+_FIX = {FULL: "Free space there (or pass a --workdir with room)",
+        READ_ONLY: "Make it writable again (remount it read-write) or pass another --workdir",
+        DENIED: "Give this user write access there (chmod/chown, bucket IAM) or pass "
+                "another --workdir"}
+_PATH_IN_TEXT = re.compile(r"(?:local file|file) \"([^\"]+)\"|'(/[^']+)'")
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """FULL / READ_ONLY / DENIED when `exc` (or what caused it) is a storage fault."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in _ERRNO_KIND:
+            return _ERRNO_KIND[e.errno]
+        text = str(e)
+        for pattern, kind in _TEXT_KIND:
+            if pattern.search(text):
+                return kind
+    return None
+
+
+def fault_path(exc: BaseException, default: str) -> str:
+    """The file the fault names (OSError.filename, TensorStore's "local file"), else `default`."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.filename:
+            return str(e.filename)
+        match = _PATH_IN_TEXT.search(str(e))
+        if match:
+            return (match.group(1) or match.group(2)).rstrip("/")
+    return default
+
+
+def last_step_text(step: int | None) -> str:
+    return (f"the last complete checkpoint is step {step}" if step is not None
+            else "no checkpoint was completed yet")
+
+
+def fault_error(exc: BaseException, default_path: str, last_step: int | None,
+                doing: str = "writing") -> KjaxError | None:
+    """The one-line error for a storage fault, or None if `exc` is not one."""
+    kind = fault_kind(exc)
+    if kind is None:
+        return None
+    resume = f"it resumes from step {last_step}" if last_step is not None else "it starts afresh"
+    return KjaxError(f"{doing} {fault_path(exc, default_path)} failed: {_REASON[kind]}; "
+                     f"{last_step_text(last_step)}. {_FIX[kind]}, "
+                     f"then run the same command: {resume}")
+
+
+def check_writable(directory: str, last_step: int | None = None) -> None:
+    """Creates `directory` if needed and writes (then removes) a probe file in it,
+    so a read-only or full workdir is reported before anything compiles."""
+    from etils import epath
+    path = epath.Path(directory)
+    probe = path / f".kjax-write-probe-{os.getpid()}"
+    try:
+        if path.exists() and not path.is_dir():
+            raise KjaxError(f"--workdir {directory} is a file, not a directory; pass a "
+                            f"directory (it is created if missing)")
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_text("kjax")
+        probe.unlink()
+    except KjaxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - classified below, else re-raised
+        error = fault_error(e, str(probe), last_step)
+        if error is None:
+            raise
+        raise error from None
+
+
+class _LibraryNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "/orbax/" not in record.pathname.replace(os.sep, "/")
+
+
+_NOISE = _LibraryNoise()
+
+
+def quiet_library_logs() -> None:
+    """Drops orbax's log records from the absl logger (the CLI calls this)."""
+    if os.environ.get("KJAX_DEBUG"):
+        return
+    import absl.logging  # noqa: F401 - first, so "absl" is absl's logger and records name their caller
+    logger = logging.getLogger("absl")
+    if _NOISE not in logger.filters:
+        logger.addFilter(_NOISE)
