@@ -176,6 +176,7 @@ class Checkpointer:
                 policies.FixedIntervalPolicy(every), policies.PreemptionCheckpointingPolicy()]),
             preservation_policy=policies.LatestN(keep),
             enable_async_checkpointing=True, read_only=read_only, create=not read_only)
+        self.saving, self.verified = None, False  # the step last handed to orbax; last restore
         self.manager = ocp.CheckpointManager(self.directory, item_handlers={
             "state": ocp.StandardCheckpointHandler(), "data": ProcessJsonHandler()},
             options=options)
@@ -207,7 +208,8 @@ class Checkpointer:
             return None
 
     def _fault(self, e: BaseException, doing: str = "writing") -> BaseException:
-        error = storage.fault_error(e, self.directory, self.last_complete_step(), doing)
+        where = self.step_path(self.saving) if self.saving is not None else self.directory
+        error = storage.fault_error(e, where, self.last_complete_step(), doing)
         return error if error is not None else e
 
     def save(self, step: int, state, data_state: dict, force: bool = False) -> bool:
@@ -221,6 +223,7 @@ class Checkpointer:
         record = {**body, "crc32": _crc(body)}
         try:
             storage.check_writable(self.directory, self.latest_step())
+            self.saving = step
             return self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=DataSave(record)), force=force)
         except KjaxError:

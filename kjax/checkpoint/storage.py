@@ -84,6 +84,16 @@ def fault_error(exc: BaseException, default_path: str, last_step: int | None,
                      f"then run the same command: {resume}")
 
 
+def listed_last_step(checkpoints: str) -> int | None:
+    """The highest step folder in CHECKPOINTS (for messages; unverified), or None."""
+    from etils import epath
+    try:
+        steps = [int(p.name) for p in epath.Path(checkpoints).iterdir() if p.name.isdigit()]
+    except Exception:  # noqa: BLE001 - missing or unreadable: no step to name
+        return None
+    return max(steps) if steps else None
+
+
 def check_writable(directory: str, last_step: int | None = None) -> None:
     """Creates `directory` if needed and writes (then removes) a probe file in it,
     so a read-only or full workdir is reported before anything compiles."""

@@ -141,7 +141,8 @@ def train(config, workdir: str, progress: bool = True, stop_at: int | None = Non
 
 def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
-    storage.check_writable(workdir)  # read-only, full or a file: one line before compiling
+    # Read-only, full or a file: one line before compiling.
+    storage.check_writable(workdir, storage.listed_last_step(os.path.join(workdir, "checkpoints")))
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
