@@ -8,6 +8,14 @@ import shutil
 
 import jax
 import numpy as np
+import pytest
+
+from conftest import tiny_config
+from kjax.checkpoint.manager import Checkpointer
+from kjax.parallel.mesh import make_mesh
+from kjax.train.state import abstract_state, make_model, make_optimizer
+from kjax.train.trainer import train
+
 
 
 def data_files(step_dir: str) -> list[str]:
@@ -99,3 +107,49 @@ def same_tree(a, b) -> bool:
 def files_under(path: str) -> list[str]:
     return sorted(os.path.relpath(os.path.join(r, f), path)
                   for r, _, fs in os.walk(path) for f in fs)
+
+
+EXTRA = {"train.num_steps": 6, "train.checkpoint_every": 3}
+
+
+def target_of(config):
+    return abstract_state(config, make_mesh(config), make_model(config, False),
+                          make_optimizer(config.train))[0]
+
+
+@pytest.fixture(scope="module")
+def trained(prepared, tmp_path_factory):
+    """A finished run with steps 3 and 6, and host copies of both states."""
+    config = tiny_config(prepared, **EXTRA)
+    workdir = str(tmp_path_factory.mktemp("faults") / "run")
+    train(config, workdir, progress=False)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), 3, 5, read_only=True)
+    target = target_of(config)
+    states = {s: jax.device_get(ckpt.restore(s, target)[0]) for s in (3, 6)}
+    ckpt.abandon()
+    return {"config": config, "workdir": workdir, "states": states, "target": target}
+
+
+def checkpoints_of(workdir, read_only=True):
+    return Checkpointer(os.path.join(workdir, "checkpoints"), 3, 5, read_only=read_only)
+
+
+def purged_scalars(tb_dir: str, tag: str) -> list[int]:
+    """The steps TensorBoard shows for `tag`: events in file order, where a
+    SessionLog.START at step s hides every earlier event at step >= s (what
+    tensorboard's EventAccumulator does with purge_step)."""
+    from tensorboardX.proto import event_pb2
+    seen: list[int] = []
+    for name in sorted(os.listdir(tb_dir)):
+        data = open(os.path.join(tb_dir, name), "rb").read()
+        at = 0
+        while at < len(data):
+            length = int.from_bytes(data[at:at + 8], "little")
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 16 + length
+            if event.HasField("session_log") and event.session_log.status == 1:  # START
+                seen = [s for s in seen if s < event.step]
+            for value in event.summary.value:
+                if value.tag == tag:
+                    seen.append(event.step)
+    return seen

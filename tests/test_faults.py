@@ -18,36 +18,15 @@ import numpy as np
 import pytest
 
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
-from fault_helpers import DAMAGES, data_files, files_under, flip_bit, same_tree
+from fault_helpers import (DAMAGES, EXTRA, checkpoints_of, data_files, files_under,  # noqa: F401
+                           flip_bit, purged_scalars, same_tree, target_of, trained)
 from kjax.checkpoint import fingerprint
 from kjax.checkpoint.manager import Checkpointer, ConfigMismatch, DamagedCheckpoint
 from kjax.checkpoint.recovery import DAMAGED_DIR, restore_newest, restore_step
 from kjax.cli import main
 from kjax.errors import KjaxError
-from kjax.parallel.mesh import make_mesh
 from kjax.train.metrics import read_metrics
-from kjax.train.state import abstract_state, make_model, make_optimizer
 from kjax.train.trainer import train
-
-EXTRA = {"train.num_steps": 6, "train.checkpoint_every": 3}
-
-
-def target_of(config):
-    return abstract_state(config, make_mesh(config), make_model(config, False),
-                          make_optimizer(config.train))[0]
-
-
-@pytest.fixture(scope="module")
-def trained(prepared, tmp_path_factory):
-    """A finished run with steps 3 and 6, and host copies of both states."""
-    config = tiny_config(prepared, **EXTRA)
-    workdir = str(tmp_path_factory.mktemp("faults") / "run")
-    train(config, workdir, progress=False)
-    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), 3, 5, read_only=True)
-    target = target_of(config)
-    states = {s: jax.device_get(ckpt.restore(s, target)[0]) for s in (3, 6)}
-    ckpt.abandon()
-    return {"config": config, "workdir": workdir, "states": states, "target": target}
 
 
 def damaged_copy(trained, tmp_path, damage) -> str:
@@ -55,10 +34,6 @@ def damaged_copy(trained, tmp_path, damage) -> str:
     shutil.copytree(trained["workdir"], workdir)
     damage(os.path.join(workdir, "checkpoints", "6"))
     return workdir
-
-
-def checkpoints_of(workdir, read_only=True):
-    return Checkpointer(os.path.join(workdir, "checkpoints"), 3, 5, read_only=read_only)
 
 
 def assert_falls_back_or_refuses(trained, workdir, capsys):
@@ -199,27 +174,6 @@ def test_train_falls_back_and_finishes_bit_exactly_with_each_step_logged_once(tr
     steps = [r["step"] for r in read_metrics(workdir) if r["split"] == "train"]
     assert steps == [1, 2, 3, 4, 5, 6]
     assert purged_scalars(os.path.join(workdir, "tensorboard"), "train/loss") == [1, 2, 3, 4, 5, 6]
-
-
-def purged_scalars(tb_dir: str, tag: str) -> list[int]:
-    """The steps TensorBoard shows for `tag`: events in file order, where a
-    SessionLog.START at step s hides every earlier event at step >= s (what
-    tensorboard's EventAccumulator does with purge_step)."""
-    from tensorboardX.proto import event_pb2
-    seen: list[int] = []
-    for name in sorted(os.listdir(tb_dir)):
-        data = open(os.path.join(tb_dir, name), "rb").read()
-        at = 0
-        while at < len(data):
-            length = int.from_bytes(data[at:at + 8], "little")
-            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
-            at += 16 + length
-            if event.HasField("session_log") and event.session_log.status == 1:  # START
-                seen = [s for s in seen if s < event.step]
-            for value in event.summary.value:
-                if value.tag == tag:
-                    seen.append(event.step)
-    return seen
 
 
 def test_cli_eval_falls_back_or_refuses_in_one_line(trained, prepared, tmp_path):

@@ -176,7 +176,10 @@ class Checkpointer:
                 policies.FixedIntervalPolicy(every), policies.PreemptionCheckpointingPolicy()]),
             preservation_policy=policies.LatestN(keep),
             enable_async_checkpointing=True, read_only=read_only, create=not read_only)
-        self.saving, self.verified = None, False  # the step last handed to orbax; last restore
+        storage.watch_orbax()
+        # The step last handed to orbax, and the one not yet seen committed.
+        self.saving = self.pending = None
+        self.verified = False  # whether the last restore had fingerprints to check
         self.manager = ocp.CheckpointManager(self.directory, item_handlers={
             "state": ocp.StandardCheckpointHandler(), "data": ProcessJsonHandler()},
             options=options)
@@ -221,9 +224,10 @@ class Checkpointer:
         body = {RECORD: 1, "iterator": data_state,
                 "arrays": fingerprint.partial_sums(state)}
         record = {**body, "crc32": _crc(body)}
+        self.settle()
         try:
             storage.check_writable(self.directory, self.latest_step())
-            self.saving = step
+            self.saving = self.pending = step
             return self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=DataSave(record)), force=force)
         except KjaxError:
@@ -238,15 +242,37 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001
             raise self._fault(e) from None
 
-    def wait(self) -> None:
+    def settle(self) -> None:
+        """Waits for the pending save and raises (one line) unless it was
+        committed: orbax's finalize thread logs a failed background write
+        instead of raising it, so the step listing is what tells."""
+        pending, self.pending = self.pending, None
         try:
             self.manager.wait_until_finished()
+            self.manager.check_for_errors()
         except Exception as e:  # noqa: BLE001
             raise self._fault(e) from None
+        if pending is None:
+            return
+        self.manager.reload()
+        if pending in self.manager.all_steps():
+            storage.take_orbax_error()
+            return
+        cause = storage.take_orbax_error() or RuntimeError("orbax did not commit it")
+        error = self._fault(cause)
+        if isinstance(error, KjaxError):
+            raise error from None
+        last = self.last_complete_step()
+        raise KjaxError(f"checkpoint {self.step_path(pending)} was not completed "
+                        f"({_first_line(cause)}); {storage.last_step_text(last)}. Run the "
+                        f"same command to resume from it") from None
+
+    def wait(self) -> None:
+        self.settle()
 
     def close(self) -> None:
+        self.settle()
         try:
-            self.manager.wait_until_finished()
             self.manager.close()
         except Exception as e:  # noqa: BLE001
             raise self._fault(e) from None

@@ -116,19 +116,46 @@ def check_writable(directory: str, last_step: int | None = None) -> None:
         raise error from None
 
 
-class _LibraryNoise(logging.Filter):
+class _OrbaxRecords(logging.Filter):
+    """Remembers the last exception orbax logged (its background threads log
+    a failed write and carry on, so a final save can fail without raising),
+    and, once `quiet`, keeps orbax's records off stderr."""
+
+    def __init__(self):
+        super().__init__()
+        self.quiet, self.last_error = False, None
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return "/orbax/" not in record.pathname.replace(os.sep, "/")
+        if "/orbax/" not in record.pathname.replace(os.sep, "/"):
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            self.last_error = record.exc_info[1]
+        return not self.quiet
 
 
-_NOISE = _LibraryNoise()
+_ORBAX = _OrbaxRecords()
+
+
+def _absl_logger() -> logging.Logger:
+    import absl.logging  # noqa: F401 - first, so "absl" is absl's logger and records name their caller
+    logger = logging.getLogger("absl")
+    if _ORBAX not in logger.filters:
+        logger.addFilter(_ORBAX)
+    return logger
+
+
+def take_orbax_error() -> BaseException | None:
+    """The last exception orbax logged since the previous call (then forgotten)."""
+    error, _ORBAX.last_error = _ORBAX.last_error, None
+    return error
+
+
+def watch_orbax() -> None:
+    """Starts remembering orbax's logged exceptions (Checkpointer does this)."""
+    _absl_logger()
 
 
 def quiet_library_logs() -> None:
-    """Drops orbax's log records from the absl logger (the CLI calls this)."""
-    if os.environ.get("KJAX_DEBUG"):
-        return
-    import absl.logging  # noqa: F401 - first, so "absl" is absl's logger and records name their caller
-    logger = logging.getLogger("absl")
-    if _NOISE not in logger.filters:
-        logger.addFilter(_NOISE)
+    """Drops orbax's log records from stderr (the CLI calls this)."""
+    _absl_logger()
+    _ORBAX.quiet = not os.environ.get("KJAX_DEBUG")
