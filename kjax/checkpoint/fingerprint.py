@@ -71,36 +71,50 @@ def _owned_shards(x) -> list:
     return [np.asarray(x)] if jax.process_index() == 0 else []
 
 
-def _sums_of(shards: list) -> list[int]:
-    """Word sums of single-device shards: on the host for CPU arrays (numpy is
-    several times faster than XLA's CPU reduction), else on their device."""
-    out = [0] * len(shards)
-    by_device: dict = {}
-    for i, s in enumerate(shards):
-        device = next(iter(s.devices())) if isinstance(s, jax.Array) else None
-        if device is None or device.platform == "cpu":
-            out[i] = _host_sum(np.asarray(s))
-        else:
-            by_device.setdefault(device, []).append(i)
-    for device, indices in by_device.items():
-        sums = np.asarray(jax.device_get(_device_sums([shards[i] for i in indices])))
-        for i, v in zip(indices, sums):
-            out[i] = int(v)
-    return out
+class PendingSums:
+    """Word sums started on the caller's thread, finished on any thread.
+
+    Starting takes zero-copy numpy views of CPU shards and dispatches a jitted
+    reduction for accelerator shards, so the arrays may be donated right
+    after (XLA orders the donation after the pending read; on CPU, JAX skips
+    donating a buffer a numpy view still holds). `result` does the summing,
+    off the training loop's critical path (numpy releases the GIL)."""
+
+    def __init__(self, tree):
+        self.names, self.counts, self.host, device = [], [], [], {}
+        flat = []
+        for path, x in jax.tree_util.tree_leaves_with_path(tree):
+            shards = _owned_shards(x)
+            self.names.append(key_name(path))
+            self.counts.append(len(shards))
+            flat += shards
+        self.slots = [None] * len(flat)
+        for i, s in enumerate(flat):
+            dev = next(iter(s.devices())) if isinstance(s, jax.Array) else None
+            if dev is None or dev.platform == "cpu":
+                self.host.append((i, np.asarray(s)))
+            else:
+                device.setdefault(dev, []).append(i)
+        self.device = [(indices, _device_sums([flat[i] for i in indices]))
+                       for indices in device.values()]
+
+    def result(self) -> dict[str, int]:
+        for i, view in self.host:
+            self.slots[i] = _host_sum(view)
+        for indices, sums in self.device:
+            for i, v in zip(indices, np.asarray(jax.device_get(sums))):
+                self.slots[i] = int(v)
+        self.host, self.device = [], []  # let the views go
+        out, at = {}, 0
+        for name, n in zip(self.names, self.counts):
+            out[name] = sum(self.slots[at:at + n]) & MASK
+            at += n
+        return out
 
 
 def partial_sums(tree) -> dict[str, int]:
     """{key path: sum over the shards this process owns} for every leaf."""
-    names, owned = [], []
-    for path, x in jax.tree_util.tree_leaves_with_path(tree):
-        names.append(key_name(path))
-        owned.append(_owned_shards(x))
-    flat = _sums_of([s for shards in owned for s in shards])
-    out, at = {}, 0
-    for name, shards in zip(names, owned):
-        out[name] = sum(flat[at:at + len(shards)]) & MASK
-        at += len(shards)
-    return out
+    return PendingSums(tree).result()
 
 
 def total(parts: list[dict[str, int]]) -> dict[str, int]:

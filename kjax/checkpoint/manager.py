@@ -24,6 +24,7 @@ verified when restored.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import re
@@ -71,14 +72,22 @@ def _crc(body: dict) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True).encode())
 
 
-class ProcessJsonHandler(ocp.CheckpointHandler):
+class ProcessJsonHandler(ocp.AsyncCheckpointHandler):
     """One JSON document per process, like grain's own orbax handler, but for a
     plain dict (the iterator state and fingerprints), so restore can hand it
-    back before an iterator exists."""
+    back before an iterator exists. The record may be a Future (the
+    fingerprints, summed while orbax copies the arrays): it is awaited and
+    written in orbax's commit phase, before the step is committed."""
 
     def save(self, directory, args=None):
+        record = args.state.result() if hasattr(args.state, "result") else args.state
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / _process_file()).write_text(json.dumps(args.state))
+        (directory / _process_file()).write_text(json.dumps(record))
+
+    async def async_save(self, directory, args=None):
+        async def write():
+            self.save(directory, args)
+        return [ocp.future.CommitFutureAwaitingContractedSignals(write(), name="kjax_data")]
 
     def restore(self, directory, args=None):
         return read_records(directory)[0]
@@ -133,6 +142,11 @@ def read_records(directory) -> tuple[dict, list[dict] | None]:
     return own["iterator"], [r["arrays"] for r in records.values()]
 
 
+def _record(sums: fingerprint.PendingSums, data_state) -> dict:
+    body = {RECORD: 1, "iterator": data_state, "arrays": sums.result()}
+    return {**body, "crc32": _crc(body)}
+
+
 def all_finite(tree) -> bool:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
               if jnp.issubdtype(x.dtype, jnp.floating)]
@@ -177,6 +191,7 @@ class Checkpointer:
             preservation_policy=policies.LatestN(keep),
             enable_async_checkpointing=True, read_only=read_only, create=not read_only)
         storage.watch_orbax()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kjax-fingerprint")
         # The step last handed to orbax, and the one not yet seen committed.
         self.saving = self.pending = None
         self.verified = False  # whether the last restore had fingerprints to check
@@ -221,11 +236,12 @@ class Checkpointer:
             raise KjaxError(f"params contain NaN/Inf at step {step}: not saving. The last good "
                             f"checkpoint is step {last}; lower train.learning_rate or raise "
                             f"train.warmup_steps and resume")
-        body = {RECORD: 1, "iterator": data_state,
-                "arrays": fingerprint.partial_sums(state)}
-        record = {**body, "crc32": _crc(body)}
-        self.settle()
+        # Fingerprints: started here (views and dispatches, fingerprint.py),
+        # summed on a second thread while orbax writes, and awaited in orbax's
+        # commit phase by the data item's handler.
+        record = self._pool.submit(_record, fingerprint.PendingSums(state), data_state)
         try:
+            self.settle()
             storage.check_writable(self.directory, self.latest_step())
             self.saving = self.pending = step
             return self.manager.save(step, args=ocp.args.Composite(
@@ -272,6 +288,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self.settle()
+        self._pool.shutdown(wait=False)
         try:
             self.manager.close()
         except Exception as e:  # noqa: BLE001
@@ -279,6 +296,7 @@ class Checkpointer:
 
     def abandon(self) -> None:
         """Closes after an error, raising nothing (the first error is the one to report)."""
+        self._pool.shutdown(wait=False)
         try:
             self.manager.close()
         except Exception:  # noqa: BLE001
