@@ -7,6 +7,7 @@ left in place; read-only tools fall back and move nothing; train falls back,
 moves the step aside (nothing deleted) and then finishes bit-exactly as an
 undamaged run. A complete checkpoint of another config is a config mismatch,
 never "damaged". Metrics hold each step once after a fallback."""
+import glob
 import json
 import os
 import shutil
@@ -136,6 +137,20 @@ def test_every_step_damaged_is_refused_then_a_rerun_starts_afresh(trained, tmp_p
     assert len(os.listdir(os.path.join(workdir, "checkpoints", DAMAGED_DIR))) == 2
     assert restore_newest(ckpt, trained["target"], move_damaged=True) is None  # step 0 next
     ckpt.abandon()
+
+
+def test_a_checkpoint_from_before_fingerprints_restores_unverified_with_a_warning(
+        trained, tmp_path, capsys):
+    def legacy(step_dir):  # the data item as kjax wrote it before fingerprints
+        for path in glob.glob(os.path.join(step_dir, "data", "*.json")):
+            json.dump(json.load(open(path))["iterator"], open(path, "w"))
+    workdir = damaged_copy(trained, tmp_path, legacy)
+    ckpt = checkpoints_of(workdir)
+    state, iterator, step = restore_newest(ckpt, trained["target"], move_damaged=False)
+    ckpt.abandon()
+    assert step == 6 and iterator == {"next_index": 6} and same_tree(state, trained["states"][6])
+    assert f"kjax: warning: checkpoint {workdir}/checkpoints/6 predates array fingerprints: " \
+           f"restored unverified" in capsys.readouterr().err
 
 
 def test_a_checkpoint_of_another_config_is_a_mismatch_not_damage(trained, prepared, tmp_path,

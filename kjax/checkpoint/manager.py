@@ -24,6 +24,7 @@ verified when restored.
 """
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import json
@@ -86,7 +87,7 @@ class ProcessJsonHandler(ocp.AsyncCheckpointHandler):
 
     async def async_save(self, directory, args=None):
         async def write():
-            self.save(directory, args)
+            await asyncio.to_thread(self.save, directory, args)
         return [ocp.future.CommitFutureAwaitingContractedSignals(write(), name="kjax_data")]
 
     def restore(self, directory, args=None):
@@ -99,6 +100,8 @@ class DataSave(ocp.args.CheckpointArgs):
     state: dict
 
 
+# Unused by kjax (restore reads the records itself, read_records), but orbax
+# wraps a handler without restore args as a legacy one and then rejects DataSave.
 @ocp.args.register_with_handler(ProcessJsonHandler, for_restore=True)
 @dataclasses.dataclass
 class DataRestore(ocp.args.CheckpointArgs):

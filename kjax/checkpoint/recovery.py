@@ -87,11 +87,19 @@ def restore_step(checkpoints: Checkpointer, target, step: int, what: str = "--st
         raise KjaxError(f"no checkpoint for step {step} in {checkpoints.directory}; "
                         f"available: {steps}")
     try:
-        return checkpoints.restore(step, target)
+        restored = checkpoints.restore(step, target)
     except DamagedCheckpoint as e:
         others = [s for s in steps if s != step]
         raise KjaxError(f"{e}. It was left in place; pick another {what} (available: "
                         f"{others}) or leave {what} out to use the newest good step") from None
+    _note_unverified(checkpoints, step)
+    return restored
+
+
+def _note_unverified(checkpoints: Checkpointer, step: int) -> None:
+    if not checkpoints.verified:
+        warn(f"checkpoint {checkpoints.step_path(step)} predates array fingerprints: "
+             f"restored unverified")
 
 
 def restore_newest(checkpoints: Checkpointer, target, move_damaged: bool):
@@ -105,6 +113,7 @@ def restore_newest(checkpoints: Checkpointer, target, move_damaged: bool):
         except DamagedCheckpoint as e:
             result, error = None, e
         if not _agreed_failure(error is not None):
+            _note_unverified(checkpoints, step)
             if damaged:
                 warn(f"{'resuming from' if move_damaged else 'using'} step {step}, the "
                      f"newest checkpoint that verifies")
