@@ -219,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     except KjaxError as e:
         message = " ".join(str(e).split())  # one line, whatever the message held
         print(f"kjax: error: {message}", file=sys.stderr, flush=True)
+        quiet.reported()
         return 2
 
 

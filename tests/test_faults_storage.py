@@ -117,11 +117,11 @@ def test_unwritable_workdir_is_one_line_before_compiling(prepared, tmp_path, mon
             unmount(str(tmp_path / "ro"))
 
 
-def resume_and_compare(trained, workdir):
+def resume_and_compare(trained, workdir, restarts: int = 1):
     """The same command after the fix: resumes from step 3, ends on the
     undisturbed run's exact state, each step logged once."""
     result = trainer.train(trained["config"], workdir, progress=False)
-    assert result["final_step"] == 6 and result["goodput"]["restarts"] == 1
+    assert result["final_step"] == 6 and result["goodput"]["restarts"] == restarts
     ckpt = checkpoints_of(workdir)
     assert same_tree(ckpt.restore(6, trained["target"])[0], trained["states"][6])
     ckpt.abandon()
@@ -139,29 +139,51 @@ def expect_fault(trained, workdir, says: str):
 
 
 @pytest.mark.slow
-def test_disk_full_while_saving_is_one_line_then_the_same_command_resumes(trained, tmp_path,
-                                                                        monkeypatch):
+def test_disk_full_while_saving_is_one_line_then_the_same_command_resumes(trained, prepared,
+                                                                        tmp_path, monkeypatch):
     # Injected: the write of step 6's data item fails with ENOSPC inside orbax's save.
     workdir = str(tmp_path / "injected")
     real = manager.ProcessJsonHandler.save
 
     def save(self, directory, args=None):
-        if args.state["iterator"].get("next_index") == 6:
+        if args.state.result()["iterator"].get("next_index") == 6:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
         return real(self, directory, args)
     monkeypatch.setattr(manager.ProcessJsonHandler, "save", save)
     expect_fault(trained, workdir, "no space left on the device")
     monkeypatch.undo()
     resume_and_compare(trained, workdir)
-    if MOUNT:  # the real thing: TensorStore's own writes hit a full tmpfs
+    if MOUNT:  # the real thing, from the command line: TensorStore's writes hit a full tmpfs
         workdir = str(tmp_path / "tmpfs")
-        mount_tmpfs(workdir, "size=3m")
+        mount_tmpfs(workdir, "size=64m")
         try:
-            expect_fault(trained, workdir, "no space left on the device")
-            remount(workdir, "size=64m")
-            resume_and_compare(trained, workdir)
+            cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+                   "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
+            env = {**os.environ, "PYTHONPATH": ROOT}
+            first = subprocess.run([*cmd, "--stop-at", "3"], capture_output=True, env=env,
+                                   cwd=ROOT)
+            assert first.returncode == 0, first.stderr[-2000:]
+            fill(workdir, leave=256 << 10)  # the disk fills up while step 6 is written
+            cli = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+            lines = [line for line in cli.stderr.replace("\r", "\n").splitlines()
+                     if line.strip() and not line.startswith("train:")]
+            assert cli.returncode == 2 and len(lines) == 1, cli.stderr[-3000:]
+            assert lines[0].startswith(f"kjax: error: writing {workdir}/checkpoints/6 failed: "
+                                       f"no space left on the device")
+            assert "the last complete checkpoint is step 3" in lines[0]
+            os.remove(os.path.join(workdir, "filler"))  # space freed
+            resume_and_compare(trained, workdir, restarts=2)
         finally:
             unmount(workdir)
+
+
+def fill(path: str, leave: int) -> None:
+    st = os.statvfs(path)
+    size = st.f_bavail * st.f_frsize - leave
+    with open(os.path.join(path, "filler"), "wb") as f:
+        for _ in range(size >> 20):
+            f.write(b"\0" * (1 << 20))
+        f.write(b"\0" * (size & ((1 << 20) - 1)))
 
 
 @pytest.mark.slow

@@ -56,15 +56,23 @@ def fault_kind(exc: BaseException) -> str | None:
     return None
 
 
+_ORBAX_TMP_STEP = re.compile(r"^(.*/\d+)\.orbax-checkpoint-tmp.*$")
+
+
 def fault_path(exc: BaseException, default: str) -> str:
-    """The file the fault names (OSError.filename, TensorStore's "local file"), else `default`."""
+    """The file the fault names (OSError.filename, TensorStore's "local file"),
+    as the step folder when it lies in orbax's temporary copy of one; else `default`."""
     for e in _chain(exc):
         if isinstance(e, OSError) and e.filename:
-            return str(e.filename)
+            path = str(e.filename)
+            break
         match = _PATH_IN_TEXT.search(str(e))
         if match:
-            return (match.group(1) or match.group(2)).rstrip("/")
-    return default
+            path = (match.group(1) or match.group(2)).rstrip("/")
+            break
+    else:
+        return default
+    return _ORBAX_TMP_STEP.sub(r"\1", path)
 
 
 def last_step_text(step: int | None) -> str:
