@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import json
+import os
 import re
 import zlib
 
@@ -186,8 +187,8 @@ def _first_line(e: BaseException) -> str:
 
 class Checkpointer:
     def __init__(self, directory: str, every: int, keep: int, read_only: bool = False):
-        self.directory = str(epath.Path(directory)) if "://" in directory else \
-            str(epath.Path(directory).resolve())
+        self.directory = directory.rstrip("/") if "://" in directory else \
+            os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=policies.AnySavePolicy([
                 policies.FixedIntervalPolicy(every), policies.PreemptionCheckpointingPolicy()]),
