@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -36,12 +37,12 @@ def can_mount() -> bool:
     """Root with mount rights: the real-device variants run as well."""
     if os.geteuid() != 0:
         return False
-    probe = "/tmp/kjax-mount-probe"
-    os.makedirs(probe, exist_ok=True)
+    probe = tempfile.mkdtemp(prefix="kjax-mount-probe-")  # one per xdist worker
     ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe],
                         capture_output=True).returncode == 0
     if ok:
         subprocess.run(["umount", probe], check=True)
+    os.rmdir(probe)
     return ok
 
 
