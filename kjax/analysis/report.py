@@ -20,7 +20,7 @@ import numpy as np
 from kjax import paths
 from kjax.analysis import inputs as text_inputs
 from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman_per_head
-from kjax.checkpoint.restore import restore_params
+from kjax.train.state import restore_params
 from kjax.errors import KjaxError
 
 CORRELATION_CLASSES = text_inputs.CLASSES + ("all",)

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from kjax.checkpoint.restore import restore_params
+from kjax.train.state import restore_params
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig

@@ -102,3 +102,30 @@ def abstract_state(config, mesh, model, tx):
                             jax.random.key(0))
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         shapes, shardings), shardings
+
+
+def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
+    """(params as numpy arrays on the host, step) of WORKDIR/checkpoints for the
+    tools that need only them (`kjax export`, `kjax analyze`): the given step
+    or the newest that verifies (kjax/checkpoint/recovery.py)."""
+    import numpy as np
+
+    from kjax import paths
+
+    from kjax.checkpoint.manager import ConfigMismatch
+    from kjax.checkpoint.restore import restore_read_only
+    from kjax.parallel.mesh import make_mesh
+    directory = paths.join(workdir, "checkpoints")
+    target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
+                               make_optimizer(config.train))
+    try:
+        state, _, step = restore_read_only(directory, target, step, hint=(
+            f"train first (`kjax train --workdir {workdir}`) or pass the --workdir that "
+            f"holds them"))
+    except ConfigMismatch as e:
+        saved = paths.join(workdir, "kjax_config.py")
+        hint = f" (recorded in {saved}: leave --config out to use it)" if paths.isfile(saved) else ""
+        raise ConfigMismatch(f"{e}; pass the --config and --config.* overrides the run was "
+                             f"trained with{hint} (model sizes, model.input_mode, knowledge "
+                             f"weights)") from None
+    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step
