@@ -2,14 +2,20 @@
 
     score = q·kᵀ / sqrt(d)                       (scaled logits)
     score += |score ⊙ B| · bf                    (METHODS §1.2, Eq. 1)
-    α = softmax(score + padding bias)
+    α = softmax(score where the mask attends)
     y_i = Σ_j α_ij f(x_j) + b_O,  f(x) = (x W_V + b_V) W_O     (METHODS §3)
 
-B arrives per example ([batch, q, k], broadcast over heads); bf is this
-layer's boost factor. When the model does not shake, the Eq. 1 line is not
-even traced, so plain attention costs nothing extra and is bit-identical.
-With `return_analysis` the layer also returns α and f(x) per head, which
-the norm-based analysis (‖α_ij f(x_j)‖) needs.
+B arrives per example ([batch, q, k], broadcast over heads, or its pairs
+layout: kjax/shake/matrix.py); bf is this layer's boost factor. When the
+model does not shake, the Eq. 1 line is not even traced, so plain attention
+costs nothing extra and is bit-identical. With `return_analysis` the layer
+also returns α and f(x) per head, which the norm-based analysis
+(‖α_ij f(x_j)‖) needs.
+
+The lines above run as written on the explicit ("xla") path, the reference;
+`model.attention_impl` may send a call to a fused implementation instead
+(jax.nn.dot_product_attention, or the Pallas kernel with Eq. 1 inside):
+kjax/model/attention_core.py says which runs when.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from kjax.model.attention_core import (MASK_VALUE, choose_impl, dense_shake, fused_attention,
+                                       logits_mask)
 from kjax.model.config import EncoderConfig
 from kjax.model.layers import kernel_init, zeros_init
 
@@ -54,25 +62,39 @@ class HeadProjection(nn.Module):
 
 
 class SelfAttention(nn.Module):
+    """`attention_mask` [b, k] (1 attends); optional `segment_ids` [b, s]
+    (packed documents never attend across) and `local_window` w (a query
+    sees keys within w // 2 positions; None: global attention)."""
     config: EncoderConfig
     deterministic: bool = True
     return_analysis: bool = False
+    local_window: int | None = None
 
     @nn.compact
-    def __call__(self, x, mask_bias, shake=None, bf=None):
+    def __call__(self, x, attention_mask, shake=None, bf=None, segment_ids=None):
         cfg = self.config
         head_dim = cfg.head_dim
         q, k, v = (HeadProjection(cfg, name=n)(x) for n in ("query", "key", "value"))
         q = q * jnp.asarray(1.0 / math.sqrt(head_dim), q.dtype)
-        # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-        if shake is not None and cfg.shakes:
-            scores = shake_scores(scores, shake, bf)
-        scores = scores + mask_bias[:, None, None, :]
-        probs = jax.nn.softmax(scores, axis=-1)
-        dropped = nn.Dropout(cfg.attention_dropout_rate)(
-            probs, deterministic=self.deterministic).astype(cfg.compute_dtype)
-        context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+        shake = shake if cfg.shakes else None
+        dropout_on = cfg.attention_dropout_rate > 0 and not self.deterministic
+        impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
+                           explicit=self.return_analysis or dropout_on)
+        probs = None
+        if impl != "xla":
+            context = fused_attention(impl, q, k, v, attention_mask, segment_ids=segment_ids,
+                                      local_window=self.local_window, shake=shake, bf=bf)
+        else:
+            # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+            if shake is not None:
+                scores = shake_scores(scores, dense_shake(shake, scores.shape[-1]), bf)
+            mask = logits_mask(attention_mask, segment_ids, self.local_window)
+            scores = jnp.where(mask, scores, MASK_VALUE)
+            probs = jax.nn.softmax(scores, axis=-1)
+            dropped = nn.Dropout(cfg.attention_dropout_rate)(
+                probs, deterministic=self.deterministic).astype(cfg.compute_dtype)
+            context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
         out_proj = HeadProjection(cfg, merge=True, name="out")
         y = out_proj(context)
         if not self.return_analysis:

@@ -31,6 +31,7 @@ class EncoderConfig:
     param_dtype: str = "float32"
     scan_layers: bool = True
     remat_policy: str = "none"
+    attention_impl: str = "auto"       # kjax/model/attention_core.py
     # Eq. 1 boost factor: one value per layer (all equal for a scalar bf).
     shake_factor: tuple[float, ...] = ()
 

@@ -18,11 +18,6 @@ from kjax.model.knowledge_heads import KnowledgeHeads
 from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
 
 
-def padding_bias(attention_mask: jax.Array) -> jax.Array:
-    """[b, k] 1/0 mask → additive fp32 bias: padded keys get a large negative."""
-    return jnp.where(attention_mask > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-
-
 class Embeddings(nn.Module):
     config: EncoderConfig
     deterministic: bool = True
@@ -94,11 +89,11 @@ class Block(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, mask_bias, shake, bf):
+    def __call__(self, x, attention_mask, shake, bf, segment_ids=None):
         cfg = self.config
         drop = nn.Dropout(cfg.dropout_rate)
         attn, analysis = SelfAttention(cfg, self.deterministic, self.return_analysis,
-                                       name="attention")(x, mask_bias, shake, bf)
+                                       name="attention")(x, attention_mask, shake, bf, segment_ids)
         x = layer_norm(cfg, "attention_layer_norm")(x + drop(attn, self.deterministic))
         h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "mlp_in")(x)
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(nn.gelu(h, approximate=False))
@@ -119,7 +114,7 @@ class Encoder(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, mask_bias, shake=None):
+    def __call__(self, x, attention_mask, shake=None, segment_ids=None):
         cfg = self.config
         block = Block
         if cfg.remat_policy != "none":
@@ -129,14 +124,15 @@ class Encoder(nn.Module):
         if cfg.scan_layers:
             stack = nn.scan(block, variable_axes={"params": 0},
                             split_rngs={"params": True, "dropout": True},
-                            in_axes=(nn.broadcast, nn.broadcast, 0), length=cfg.num_layers,
+                            in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
+                            length=cfg.num_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"})
             return stack(cfg, self.deterministic, self.return_analysis,
-                         name="layers")(x, mask_bias, shake, bf)
+                         name="layers")(x, attention_mask, shake, bf, segment_ids)
         per_layer = []
         for i in range(cfg.num_layers):
             x, analysis = block(cfg, self.deterministic, self.return_analysis,
-                                name=f"layer_{i}")(x, mask_bias, shake, bf[i])
+                                name=f"layer_{i}")(x, attention_mask, shake, bf[i], segment_ids)
             per_layer.append(analysis)
         if not self.return_analysis:
             return x, None
@@ -148,7 +144,8 @@ class BertForPreTraining(nn.Module):
 
     `mlm_positions` [b, p]: the MLM head runs only there (gather first), so
     the vocabulary projection costs p, not seq_len, rows per example.
-    `shake` [b, q, k]: the Eq. 1 matrix B (None: plain attention).
+    `shake` [b, q, k]: the Eq. 1 matrix B, or its pairs layout {key_start, key_end,
+    weight} [b, q] (kjax/shake/matrix.py); None: plain attention.
     `position_ids` [b, s]: defaults to 0..s-1 (SHAKE variant 5 overrides).
     """
     config: EncoderConfig
@@ -178,7 +175,7 @@ class BertForPreTraining(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
         x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        hidden, analysis = self.encoder(x, padding_bias(attention_mask), shake)
+        hidden, analysis = self.encoder(x, attention_mask, shake)
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,

@@ -1,0 +1,135 @@
+"""Which attention implementation runs, and the masks and B layouts they share.
+
+`model.attention_impl` picks, per call of SelfAttention:
+
+    xla          the explicit path in kjax/model/attention.py: scores, Eq. 1,
+                 mask, softmax, dropout, α·V, line by line (the reference);
+    dot_product  `jax.nn.dot_product_attention` (XLA on CPU/TPU, cuDNN on GPU
+                 for bf16/fp16) when the call has no Eq. 1, else xla;
+    flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 inside
+                 the online softmax (CPU: Pallas' interpret mode, slow, for
+                 tests and debugging);
+    auto         dot_product (the default).
+
+Whatever the setting, a call that needs the attention weights themselves runs
+the explicit path: `return_analysis` (α per head) and active attention
+dropout (the fused paths have none; training with
+model.attention_dropout_rate > 0 stays explicit, ModernBERT trains with 0).
+`auto` does not pick flash for shaken calls yet: the kernel is verified in
+interpret mode and lowers for TPU (Mosaic) and GPU (Triton), but has not
+been compiled or timed on an accelerator (docs/PERFORMANCE.md).
+
+Masks follow `jax.nn.dot_product_attention` (True attends): the padding mask
+over keys [b, k], optional segment ids [b, s] (packed documents: a query sees
+only its own segment) and an optional local window w (|q − k| ≤ w // 2,
+ModernBERT's 128-token local attention). A query row with no key to attend
+to is undefined (kjax never reads one: it is a padded position).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from kjax.model.flash_shake import MASK_VALUE, flash_attention
+
+IMPLS = ("auto", "xla", "dot_product", "flash")
+# The batch keys of B's pairs layout (kjax/shake/matrix.py) → the model's names.
+SHAKE_PAIR_KEYS = {"shake_key_start": "key_start", "shake_key_end": "key_end",
+                   "shake_weight": "weight"}
+
+__all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",
+           "fused_attention", "logits_mask", "shake_from_batch"]
+
+
+def shake_from_batch(batch: dict):
+    """B as the model takes it: the dense array, the pairs dict, or None."""
+    if "shake" in batch:
+        return batch["shake"]
+    if "shake_weight" in batch:
+        return {name: batch[key] for key, name in SHAKE_PAIR_KEYS.items()}
+    return None
+
+
+def dense_shake(shake, seq_len: int):
+    """B [b, q, k] from either layout (pairs: each query's key run [start, end))."""
+    if not isinstance(shake, dict):
+        return shake
+    keys = jnp.arange(seq_len)[None, None, :]
+    inside = (keys >= shake["key_start"][..., None]) & (keys < shake["key_end"][..., None])
+    return jnp.where(inside, shake["weight"].astype(jnp.float32)[..., None], 0.0)
+
+
+def logits_mask(attention_mask, segment_ids=None, local_window: int | None = None):
+    """Boolean [b, 1, q or 1, k], True where a query may attend a key."""
+    mask = (attention_mask > 0)[:, None, None, :]
+    if segment_ids is not None:
+        mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+    if local_window is not None:
+        pos = jnp.arange(attention_mask.shape[-1])
+        mask = mask & (jnp.abs(pos[:, None] - pos[None, :]) <= local_window // 2)
+    return mask
+
+
+def choose_impl(impl: str, *, shaking: bool, explicit: bool) -> str:
+    """The path one call takes: "xla", "dot_product" or "flash" (module doc)."""
+    if impl not in IMPLS:
+        raise ValueError(f"model.attention_impl={impl!r}; choose one of {IMPLS}")
+    if explicit or impl == "xla":
+        return "xla"
+    if impl == "flash":
+        return "flash"
+    return "xla" if shaking else "dot_product"
+
+
+def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
+                    local_window: int | None = None, shake=None, bf=None):
+    """q (scaled by 1/sqrt(d)), k, v [b, s, heads, d] → context [b, s, heads, d]."""
+    if impl == "dot_product":
+        return _dot_product(q, k, v, attention_mask, segment_ids, local_window)
+    if impl != "flash":
+        raise ValueError(f"fused_attention runs dot_product or flash, not {impl!r}")
+    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf)
+
+
+def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
+    cudnn = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+    if cudnn:
+        # cuDNN has no two-sided window and takes masks as a [b, 1, q, k] bias.
+        mask = logits_mask(attention_mask, segment_ids, local_window)
+        mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
+        try:
+            return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0,
+                                                implementation="cudnn")
+        except (ValueError, NotImplementedError, RuntimeError):
+            pass   # a shape, dtype or cuDNN version it does not take: XLA below
+    window = None if local_window is None else (local_window // 2, local_window // 2)
+    return jax.nn.dot_product_attention(q, k, v, mask=logits_mask(attention_mask, segment_ids),
+                                        scale=1.0, local_window_size=window,
+                                        implementation="xla")
+
+
+def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf):
+    """The kernel is per (example, head): under a mesh it runs per device on
+    its batch and head shards (shard_map), as XLA cannot partition a Pallas
+    call. The specs come from the logical-axis rules, not from mesh names."""
+    interpret = jax.default_backend() == "cpu"
+    bf = jnp.asarray(0.0 if bf is None else bf, jnp.float32)
+
+    def local(q, k, v, attention_mask, segment_ids, shake, bf):
+        return flash_attention(q, k, v, attention_mask, segment_ids=segment_ids,
+                               local_window=local_window, shake=shake, bf=bf,
+                               interpret=interpret)
+
+    args = (q, k, v, attention_mask, segment_ids, shake, bf)
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return local(*args)
+    heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
+    rows = P(heads[0], None)
+    shake_spec = None if shake is None else (
+        jax.tree.map(lambda _: rows, shake) if isinstance(shake, dict) else P(heads[0], None, None))
+    specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P())
+    return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=heads,
+                         check_vma=False)(*args)

@@ -1,0 +1,319 @@
+"""Flash attention with SHAKE's Eq. 1 inside the online softmax (Pallas).
+
+For every (query block, key block) tile, on the scaled logits s = q·kᵀ:
+
+    s' = s + |s ⊙ B| · bf                  (METHODS §1.2, Eq. 1; B ≥ 0)
+    s' = -big where the mask says no       (padding, segments, local window)
+    online softmax over key blocks         (FlashAttention-2: running max m,
+                                            running sum l, unnormalised output)
+
+The backward recomputes the tile from the saved log-sum-exp and applies the
+chain rule through Eq. 1 (B ≥ 0, so d|s·B|/ds = B·sign(s)):
+
+    ds' = p ⊙ (dp − rowsum(dO ⊙ O)),   ds = ds' ⊙ (1 + bf·B·sign(s))
+
+in two kernels (FlashAttention-2's split, no atomics): one over query blocks
+for dq, one over key blocks for dk and dv. B and bf get no gradient (B is
+data, bf a hyper-parameter).
+
+B arrives in one of two layouts (kjax/shake/matrix.py):
+  dense  [b, q, k], one weight per (query, key);
+  pairs  per query: the key run [start, end) it boosts and its weight
+         (each query boosts at most one contiguous run of keys), from which
+         the kernel builds the B tile itself — O(seq) memory, not O(seq²).
+
+Masks follow `jax.nn.dot_product_attention`: True attends. A query row with
+no key to attend to (a padded query in its own segment) returns zeros and
+passes no gradient; kjax never reads such rows.
+
+Arrays inside are [batch, heads, seq, head_dim]; the grid runs over batch,
+heads and blocks of the outer sequence, a `fori_loop` over the blocks of the
+other (skipping blocks outside a local window). Per-position vectors are laid
+out [b, s, 1] (query side) and [b, 1, s] (key side) so every block's last two
+dimensions are TPU-legal. With `interpret=True` (CPU) Pallas runs the same
+kernels through XLA: that is how the tests check them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)   # jax.nn.dot_product_attention's
+NT = (((1,), (1,)), ((), ()))    # a · bᵀ
+TN = (((0,), (0,)), ((), ()))    # aᵀ · b
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """What the kernels are specialised on (hashable: a custom_vjp static)."""
+    block_q: int
+    block_k: int
+    half_window: int | None   # |q − k| ≤ half_window attends; None: global
+    segments: bool
+    shake: str                # "none" | "dense" | "pairs"
+    interpret: bool           # run through XLA (CPU): tests and debugging
+    triton: bool              # on GPU: Pallas' Triton backend (not Mosaic GPU)
+
+
+def pick_block(seq: int, preferred: int = 128) -> int:
+    """The largest power of two ≤ `preferred` that divides seq (≥ 8), else seq."""
+    block = preferred
+    while block >= 8:
+        if seq % block == 0:
+            return block
+        block //= 2
+    return seq
+
+
+# ---- one tile: logits, Eq. 1, mask ------------------------------------------------------
+
+def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols):
+    """(s, s', mask, B tile) for queries q0.. and keys k0.. . `rows`/`cols`
+    index the query-/key-side refs (a pl.ds, or slice(None) for a ref that
+    already holds just this block)."""
+    bq, bk = q.shape[0], k.shape[0]
+    s = lax.dot_general(q, k, NT, preferred_element_type=jnp.float32)
+    qpos = q0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 0)
+    kpos = k0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 1)
+    mask = refs["key_valid"][:, cols] > 0
+    if st.segments:
+        mask = mask & (refs["q_seg"][rows, :] == refs["k_seg"][:, cols])
+    if st.half_window is not None:
+        mask = mask & (qpos - kpos <= st.half_window) & (kpos - qpos <= st.half_window)
+    tile = None
+    if st.shake == "dense":
+        tile = refs["shake"][rows, cols].astype(jnp.float32)
+    elif st.shake == "pairs":
+        inside = (kpos >= refs["key_start"][rows, :]) & (kpos < refs["key_end"][rows, :])
+        tile = jnp.where(inside, refs["weight"][rows, :].astype(jnp.float32), 0.0)
+    shaken = s if tile is None else s + jnp.abs(s * tile) * refs["bf"][0, 0]   # Eq. 1
+    return s, shaken, mask, tile
+
+
+def _eq1_backward(st: Static, refs, ds, s, tile):
+    if tile is None:
+        return ds
+    # d|s·B|/ds = B·sign(s) for B ≥ 0, with jnp.abs's convention sign(0) = +1.
+    return ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))
+
+
+def _span(outer0, outer_block, inner_block, n_inner, half):
+    """Inner blocks a local window reaches from the outer block at outer0."""
+    if half is None:
+        return 0, n_inner
+    # lax.div truncates (operands are non-negative): `//` would lower through sign.
+    lo = lax.div(jnp.maximum(outer0 - half, 0), inner_block)
+    hi = jnp.minimum(lax.div(outer0 + outer_block - 1 + half, inner_block) + 1, n_inner)
+    return lo, hi
+
+
+# ---- kernels ----------------------------------------------------------------------------
+
+def _named(names, refs):
+    return dict(zip(names, refs))
+
+
+def _forward_kernel(*refs, st: Static, names):
+    r = _named(names, refs)
+    q = r["q"][...]
+    bq, seq = q.shape[0], r["k"].shape[0]
+    q0 = pl.program_id(2) * bq
+
+    def body(j, carry):
+        acc, m, l = carry
+        k0 = pl.multiple_of(j * st.block_k, st.block_k)
+        cols = pl.ds(k0, st.block_k)
+        k, v = r["k"][cols, :], r["v"][cols, :]
+        _, shaken, mask, _ = _tile(st, r, q, k, q0, k0, slice(None), cols)
+        shaken = jnp.where(mask, shaken, MASK_VALUE)
+        m_new = jnp.maximum(m, jnp.max(shaken, axis=1, keepdims=True))
+        p = jnp.where(mask, jnp.exp(shaken - m_new), 0.0)
+        correction = jnp.exp(m - m_new)
+        l = correction * l + jnp.sum(p, axis=1, keepdims=True)
+        acc = correction * acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
+                                                 preferred_element_type=jnp.float32)
+        return acc, m_new, l
+
+    lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), MASK_VALUE, jnp.float32),
+            jnp.zeros((bq, 1), jnp.float32))
+    acc, m, l = lax.fori_loop(lo, hi, body, init)
+    seen = l > 0                                          # rows with a key to attend to
+    r["o"][...] = jnp.where(seen, acc / jnp.where(seen, l, 1.0), 0.0).astype(r["o"].dtype)
+    r["lse"][...] = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), 0.0)
+
+
+def _dq_kernel(*refs, st: Static, names):
+    r = _named(names, refs)
+    q, do, lse, delta = r["q"][...], r["do"][...], r["lse"][...], r["delta"][...]
+    bq, seq = q.shape[0], r["k"].shape[0]
+    q0 = pl.program_id(2) * bq
+
+    def body(j, dq):
+        k0 = pl.multiple_of(j * st.block_k, st.block_k)
+        cols = pl.ds(k0, st.block_k)
+        k, v = r["k"][cols, :], r["v"][cols, :]
+        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols)
+        p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
+        dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+        ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
+        return dq + lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())),
+                                    preferred_element_type=jnp.float32)
+
+    lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
+    dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
+    r["dq"][...] = dq.astype(r["dq"].dtype)
+
+
+def _dkv_kernel(*refs, st: Static, names):
+    r = _named(names, refs)
+    k, v = r["k"][...], r["v"][...]
+    bk, seq = k.shape[0], r["q"].shape[0]
+    k0 = pl.program_id(2) * bk
+
+    def body(i, carry):
+        dk, dv = carry
+        q0 = pl.multiple_of(i * st.block_q, st.block_q)
+        rows = pl.ds(q0, st.block_q)
+        q, do = r["q"][rows, :], r["do"][rows, :]
+        lse, delta = r["lse"][rows, :], r["delta"][rows, :]
+        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None))
+        p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
+        dv = dv + lax.dot_general(p.astype(do.dtype), do, TN, preferred_element_type=jnp.float32)
+        dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+        ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
+        dk = dk + lax.dot_general(ds.astype(q.dtype), q, TN, preferred_element_type=jnp.float32)
+        return dk, dv
+
+    lo, hi = _span(k0, bk, st.block_q, seq // st.block_q, st.half_window)
+    zeros = jnp.zeros(k.shape, jnp.float32)
+    dk, dv = lax.fori_loop(lo, hi, body, (zeros, zeros))
+    r["dk"][...] = dk.astype(r["dk"].dtype)
+    r["dv"][...] = dv.astype(r["dv"].dtype)
+
+
+# ---- pallas_call plumbing ---------------------------------------------------------------
+
+QUERY_SIDE = ("q", "do", "lse", "delta", "q_seg", "key_start", "key_end", "weight", "o", "dq")
+
+
+def _spec(name: str, shape, over_q: bool, block: int) -> pl.BlockSpec:
+    """The block of `name` a grid step (b, h, i) sees; i walks query blocks
+    (over_q) or key blocks. The side the grid walks is blocked, the other whole."""
+    if name == "bf":
+        return pl.BlockSpec((1, 1), lambda b, h, i: (0, 0))
+    seq = shape[-2] if len(shape) == 4 or name in QUERY_SIDE else shape[-1]
+    if name == "shake":                      # [b, q, k]
+        if over_q:
+            return pl.BlockSpec((None, block, seq), lambda b, h, i: (b, i, 0))
+        return pl.BlockSpec((None, seq, block), lambda b, h, i: (b, 0, i))
+    blocked = (name in QUERY_SIDE) == over_q
+    size = block if blocked else seq
+    if len(shape) == 4:                      # [b, h, s, x]
+        return pl.BlockSpec((None, None, size, shape[-1]),
+                            (lambda b, h, i: (b, h, i, 0)) if blocked else (lambda b, h, i: (b, h, 0, 0)))
+    if name in QUERY_SIDE:                   # [b, s, 1]
+        return pl.BlockSpec((None, size, 1),
+                            (lambda b, h, i: (b, i, 0)) if blocked else (lambda b, h, i: (b, 0, 0)))
+    return pl.BlockSpec((None, 1, size),     # [b, 1, s]
+                        (lambda b, h, i: (b, 0, i)) if blocked else (lambda b, h, i: (b, 0, 0)))
+
+
+def _call(kernel, st: Static, over_q: bool, inputs: dict, outputs: dict, name: str):
+    b, h, seq, _ = inputs["q"].shape
+    block = st.block_q if over_q else st.block_k
+    names = tuple(inputs) + tuple(outputs)
+    return pl.pallas_call(
+        functools.partial(kernel, st=st, names=names),
+        grid=(b, h, seq // block),
+        in_specs=[_spec(n, a.shape, over_q, block) for n, a in inputs.items()],
+        out_specs=[_spec(n, a.shape, over_q, block) for n, a in outputs.items()],
+        out_shape=list(outputs.values()),
+        interpret=st.interpret, name=name,
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2) if st.triton else None,
+    )(*inputs.values())
+
+
+def _forward(st: Static, q, k, v, aux: dict):
+    b, h, seq, d = q.shape
+    outputs = {"o": jax.ShapeDtypeStruct(q.shape, q.dtype),
+               "lse": jax.ShapeDtypeStruct((b, h, seq, 1), jnp.float32)}
+    return _call(_forward_kernel, st, True, {"q": q, "k": k, "v": v, **aux}, outputs,
+                 "shake_flash_forward")
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention(st: Static, q, k, v, aux):
+    return _forward(st, q, k, v, aux)[0]
+
+
+def _attention_fwd(st, q, k, v, aux):
+    o, lse = _forward(st, q, k, v, aux)
+    return o, (q, k, v, aux, o, lse)
+
+
+def _attention_bwd(st, residuals, do):
+    q, k, v, aux, o, lse = residuals
+    delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
+    common = {"q": q, "k": k, "v": v, "do": do.astype(q.dtype), "lse": lse, "delta": delta, **aux}
+    (dq,) = _call(_dq_kernel, st, True, common,
+                  {"dq": jax.ShapeDtypeStruct(q.shape, q.dtype)}, "shake_flash_dq")
+    dk, dv = _call(_dkv_kernel, st, False, common,
+                   {"dk": jax.ShapeDtypeStruct(k.shape, k.dtype),
+                    "dv": jax.ShapeDtypeStruct(v.shape, v.dtype)}, "shake_flash_dkv")
+    no_grad = jax.tree.map(_zero_cotangent, aux)   # masks, B and bf: no gradient
+    return dq, dk, dv, no_grad
+
+
+def _zero_cotangent(x):
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int | None = None,
+                    shake=None, bf=None, block_q: int | None = None, block_k: int | None = None,
+                    interpret: bool = False, backend: str | None = None):
+    """Attention of q, k, v [b, s, heads, d] (q already scaled by 1/sqrt(d)) → [b, s, heads, d].
+
+    key_valid [b, s]: padding mask (non-zero attends); segment_ids [b, s]:
+    packed documents, a query sees only keys of its own segment; local_window
+    w: a query sees keys with |q − k| ≤ w // 2. `shake`: B dense [b, s, s] or
+    pairs {"key_start", "key_end", "weight"} [b, s] (see kjax/shake/matrix.py),
+    applied with this layer's `bf` (Eq. 1); None: plain attention.
+    `backend` ("gpu", "tpu"): the platform to lower for (default: jax's).
+    """
+    b, seq = q.shape[:2]
+    layout = "none" if shake is None else ("pairs" if isinstance(shake, dict) else "dense")
+    st = Static(block_q or pick_block(seq), block_k or pick_block(seq),
+                None if local_window is None else int(local_window) // 2,
+                segment_ids is not None, layout, bool(interpret),
+                not interpret and (backend or jax.default_backend()) == "gpu")
+    if seq % st.block_q or seq % st.block_k:
+        raise ValueError(f"sequence length {seq} is not a multiple of the blocks "
+                         f"({st.block_q}, {st.block_k})")
+    aux = {"key_valid": (key_valid > 0).astype(jnp.int32).reshape(b, 1, seq)}
+    if segment_ids is not None:
+        seg = segment_ids.astype(jnp.int32)
+        aux.update(q_seg=seg.reshape(b, seq, 1), k_seg=seg.reshape(b, 1, seq))
+    if layout == "dense":
+        # float8 B is widened to bf16 (exact for every e4m3 value) for the kernel's loads.
+        aux["shake"] = shake.astype(jnp.bfloat16) if shake.dtype.itemsize == 1 else shake
+    elif layout == "pairs":
+        aux.update(key_start=shake["key_start"].astype(jnp.int32).reshape(b, seq, 1),
+                   key_end=shake["key_end"].astype(jnp.int32).reshape(b, seq, 1),
+                   weight=shake["weight"].astype(jnp.float32).reshape(b, seq, 1))
+    if layout != "none":
+        aux["bf"] = jnp.asarray(bf, jnp.float32).reshape(1, 1)
+    to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, s, h, d] ↔ [b, h, s, d]
+    return to_heads(_attention(st, to_heads(q), to_heads(k), to_heads(v), aux))
