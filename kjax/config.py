@@ -51,6 +51,7 @@ def base_config() -> ConfigDict:
     m.param_dtype = "float32"     # parameters and optimizer state
     m.scan_layers = True          # nn.scan over layers: O(1) compile in depth
     m.remat_policy = "none"       # see REMAT_POLICIES
+    m.attention_impl = "auto"     # auto | xla | dot_product | flash (kjax/model/attention_core.py)
     # Attention-logit manipulation (METHODS §1.2, Eq. 1): the batch carries B;
     # bf is a scalar, or one value per layer in shake_factor_per_layer.
     # 0 means plain attention (bit-identical, no extra cost).
@@ -65,6 +66,7 @@ def base_config() -> ConfigDict:
     k.tag_weights = ConfigDict()  # per-tag overrides, e.g. {"JKB": 0.5}
     k.p = 0.08                    # random variant: share of query positions
     k.position_variant = "none"   # none | shared_position (§1.5 variant 5)
+    k.layout = "dense"            # B in the batch: dense [seq, seq] | pairs (per query, O(seq))
 
     # UKnowBERT's knowledge objectives (METHODS §2.5): a head exists when its
     # weight is > 0. Resource files in the formats of kjax/knowledge/data/README.md;
@@ -263,7 +265,17 @@ def validate(c: ConfigDict) -> None:
     if m.shake_factor_per_layer and len(m.shake_factor_per_layer) != m.num_layers:
         raise KjaxError(f"model.shake_factor_per_layer has {len(m.shake_factor_per_layer)} "
                         f"values for {m.num_layers} layers; give one per layer or ()")
+    from kjax.model.config import ATTENTION_IMPLS
+    if m.attention_impl not in ATTENTION_IMPLS:
+        raise KjaxError(f"model.attention_impl={m.attention_impl!r}; choose one of "
+                        f"{ATTENTION_IMPLS}")
+    if m.attention_impl in ("dot_product", "flash") and m.attention_dropout_rate > 0:
+        raise KjaxError(f"model.attention_impl={m.attention_impl!r} has no attention dropout "
+                        f"(training would run the explicit path): set "
+                        f"model.attention_dropout_rate=0, or attention_impl='auto'")
     k = c.shake
+    if k.layout not in ("dense", "pairs"):
+        raise KjaxError(f"shake.layout={k.layout!r}; choose dense or pairs")
     if k.variant not in ("none", "pos", "random"):
         raise KjaxError(f"shake.variant={k.variant!r}; choose none, pos or random")
     if k.position_variant not in ("none", "shared_position"):

@@ -19,7 +19,7 @@ from kjax.config import knowledge_enabled, shaking_enabled
 from kjax.examples import records
 from kjax.batches.multihot import position_arrays, to_multihot
 from kjax.examples.masking import example_rng, mask_example, whole_position_masks
-from kjax.shake.matrix import build_shake_matrix
+from kjax.shake.matrix import build_shake_matrix, build_shake_pairs
 from kjax.shake.variants import merged_units, shared_position_ids
 from kjax.tokens.sentencepiece import PAD
 
@@ -27,7 +27,8 @@ EVAL_STREAM = 1 << 20  # eval's random choices (random-variant B) use their own 
 
 class ToModelInputs(grain.transforms.RandomMap):
     """One example → fixed-shape model inputs: dynamic masks (when configured),
-    the Eq. 1 matrix B and SHAKE position ids (when configured), padding."""
+    the Eq. 1 matrix B (dense, or its pairs layout) and SHAKE position ids
+    (when configured), padding."""
 
     def __init__(self, config, dynamic_masking: bool):
         self.config, self.dynamic = config, dynamic_masking
@@ -68,7 +69,9 @@ class ToModelInputs(grain.transforms.RandomMap):
         else:
             out = pad_example(example, d.max_seq_len, d.max_predictions_per_seq)
             positions = example
-        if self.builds_b:
+        if self.builds_b and self.config.shake.layout == "pairs":   # O(seq), see shake/matrix.py
+            out.update(build_shake_pairs(positions, d.max_seq_len, self.config.shake, rng))
+        elif self.builds_b:
             out["shake"] = build_shake_matrix(positions, d.max_seq_len, self.config.shake, rng)
         if self.config.shake.position_variant == "shared_position":
             out["position_ids"] = shared_position_ids(positions, d.max_seq_len,

@@ -19,6 +19,7 @@ kjax/model/attention_core.py says which runs when.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -35,6 +36,20 @@ def shake_scores(scores: jax.Array, shake: jax.Array, bf: jax.Array) -> jax.Arra
     """Eq. 1 on scaled logits [b, h, q, k] with B [b, q, k] (same for every head)."""
     b = shake.astype(scores.dtype)[:, None, :, :]
     return scores + jnp.abs(scores * b) * bf
+
+
+def explicit_attention(q, k, v, attention_mask, *, segment_ids=None, local_window=None,
+                       shake=None, bf=None, dropout=None):
+    """The module doc's lines as written: (context [b, s, h, d], α [b, h, q, k]).
+    q is already scaled; `dropout` (α → α) is applied to α before α·V."""
+    # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    if shake is not None:
+        scores = shake_scores(scores, dense_shake(shake, scores.shape[-1]), bf)
+    scores = jnp.where(logits_mask(attention_mask, segment_ids, local_window), scores, MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1)
+    dropped = probs if dropout is None else dropout(probs)
+    return jnp.einsum("bhqk,bkhd->bqhd", dropped.astype(q.dtype), v), probs
 
 
 class HeadProjection(nn.Module):
@@ -80,21 +95,15 @@ class SelfAttention(nn.Module):
         dropout_on = cfg.attention_dropout_rate > 0 and not self.deterministic
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
                            explicit=self.return_analysis or dropout_on)
-        probs = None
+        masks = dict(segment_ids=segment_ids, local_window=self.local_window)
         if impl != "xla":
-            context = fused_attention(impl, q, k, v, attention_mask, segment_ids=segment_ids,
-                                      local_window=self.local_window, shake=shake, bf=bf)
+            context, probs = fused_attention(impl, q, k, v, attention_mask, **masks,
+                                             shake=shake, bf=bf), None
         else:
-            # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-            if shake is not None:
-                scores = shake_scores(scores, dense_shake(shake, scores.shape[-1]), bf)
-            mask = logits_mask(attention_mask, segment_ids, self.local_window)
-            scores = jnp.where(mask, scores, MASK_VALUE)
-            probs = jax.nn.softmax(scores, axis=-1)
-            dropped = nn.Dropout(cfg.attention_dropout_rate)(
-                probs, deterministic=self.deterministic).astype(cfg.compute_dtype)
-            context = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+            dropout = functools.partial(nn.Dropout(cfg.attention_dropout_rate),
+                                        deterministic=self.deterministic)
+            context, probs = explicit_attention(q, k, v, attention_mask, **masks, shake=shake,
+                                                bf=bf, dropout=dropout)
         out_proj = HeadProjection(cfg, merge=True, name="out")
         y = out_proj(context)
         if not self.return_analysis:

@@ -30,11 +30,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash_shake import MASK_VALUE, flash_attention
 
-IMPLS = ("auto", "xla", "dot_product", "flash")
 # The batch keys of B's pairs layout (kjax/shake/matrix.py) → the model's names.
 SHAKE_PAIR_KEYS = {"shake_key_start": "key_start", "shake_key_end": "key_end",
                    "shake_weight": "weight"}
@@ -127,9 +128,16 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
     if mesh.empty or mesh.size == 1:
         return local(*args)
     heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
+    if q.shape[0] % _axes_size(mesh, heads[0]) or q.shape[2] % _axes_size(mesh, heads[2]):
+        return local(*args)   # e.g. init's one-example batch: unsharded (XLA replicates it)
     rows = P(heads[0], None)
     shake_spec = None if shake is None else (
         jax.tree.map(lambda _: rows, shake) if isinstance(shake, dict) else P(heads[0], None, None))
     specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P())
     return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=heads,
                          check_vma=False)(*args)
+
+
+def _axes_size(mesh, axes) -> int:
+    names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    return int(np.prod([mesh.shape[n] for n in names]))

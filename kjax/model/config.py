@@ -6,6 +6,9 @@ import dataclasses
 
 import jax.numpy as jnp
 
+# model.attention_impl: which attention runs (kjax/model/attention_core.py).
+ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
+
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:

@@ -30,6 +30,16 @@ quarter of float32, METHODS' weights 1 and boost_prem values such as 1.5 or
 2 exactly); the model casts it to the logits' dtype. A weight float8 cannot
 hold exactly (0.3 would become 0.3125) is refused by `check_weights` when the
 config is validated, with the nearest values that work.
+
+Layouts (`shake.layout`): "dense" is that [seq, seq] matrix, seq² bytes per
+example (64 MiB at seq 8192). "pairs" uses what every variant above
+guarantees: a query position is in at most one pair, and its keys are one
+contiguous run (a substantive run, or one random key). So B is three arrays
+over the queries, key run [start, end) and weight, 9 bytes per position;
+the model (and the flash kernel, tile by tile) rebuilds B[q, k] =
+weight[q] if start[q] ≤ k < end[q] else 0. A query with no pair has
+weight 0. Both layouts come from the same pairs (and the same random draws),
+so the model computes the same numbers from either.
 """
 from __future__ import annotations
 
@@ -145,18 +155,44 @@ def random_pairs(maskable: np.ndarray, p: float, rng: np.random.Generator):
     return pairs
 
 
+def _pairs(encoded: dict, shake_cfg, rng):
+    n = len(encoded["input_ids"])
+    if shake_cfg.variant == "pos":
+        return pos_pairs(encoded["morph_ids"][:n], encoded["word_ids"][:n],
+                         encoded["tags"][:n], tag_weights(shake_cfg))
+    if shake_cfg.variant == "random":
+        rng = rng if rng is not None else np.random.default_rng()
+        return random_pairs(np.asarray(encoded["word_ids"][:n]) >= 0, shake_cfg.p, rng)
+    return []
+
+
 def build_shake_matrix(encoded: dict, seq_len: int, shake_cfg, rng=None) -> np.ndarray:
     """B [seq_len, seq_len] (float8 e4m3) for one example; see the module doc."""
     b = np.zeros((seq_len, seq_len), np.float32)
-    n = len(encoded["input_ids"])
-    if shake_cfg.variant == "pos":
-        pairs = pos_pairs(encoded["morph_ids"][:n], encoded["word_ids"][:n],
-                          encoded["tags"][:n], tag_weights(shake_cfg))
-    elif shake_cfg.variant == "random":
-        rng = rng if rng is not None else np.random.default_rng()
-        pairs = random_pairs(np.asarray(encoded["word_ids"][:n]) >= 0, shake_cfg.p, rng)
-    else:
-        pairs = []
-    for queries, keys, weight in pairs:
+    for queries, keys, weight in _pairs(encoded, shake_cfg, rng):
         b[np.ix_(queries, keys)] = weight
     return b.astype(B_DTYPE)
+
+
+def build_shake_pairs(encoded: dict, seq_len: int, shake_cfg, rng=None) -> dict:
+    """B in the pairs layout for one example: {shake_key_start, shake_key_end}
+    int32 [seq_len] and shake_weight float8 [seq_len] (module doc)."""
+    start = np.zeros(seq_len, np.int32)
+    end = np.zeros(seq_len, np.int32)
+    weight = np.zeros(seq_len, np.float32)
+    for queries, keys, w in _pairs(encoded, shake_cfg, rng):
+        lo, hi = int(np.min(keys)), int(np.max(keys)) + 1
+        if len(np.unique(keys)) != hi - lo or (weight[queries] != 0).any():
+            raise ValueError(f"shake.layout='pairs' needs one contiguous key run per query; "
+                             f"queries {list(queries)} → keys {list(keys)} are not one (use "
+                             f"shake.layout='dense')")
+        start[queries], end[queries], weight[queries] = lo, hi, w
+    return {"shake_key_start": start, "shake_key_end": end, "shake_weight": weight.astype(B_DTYPE)}
+
+
+def pairs_to_dense(pairs: dict) -> np.ndarray:
+    """The dense B [..., seq, seq] (float32) a pairs-layout example (or batch) stands for."""
+    start, end = pairs["shake_key_start"], pairs["shake_key_end"]
+    keys = np.arange(start.shape[-1])
+    inside = (keys >= start[..., None]) & (keys < end[..., None])
+    return np.where(inside, pairs["shake_weight"].astype(np.float32)[..., None], 0.0)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from kjax.losses.pretraining import pretraining_loss
+from kjax.model.attention_core import shake_from_batch
 from kjax.parallel.mesh import LOGICAL_RULES, batch_sharding, replicated
 from kjax.train.state import learning_rate_schedule
 
@@ -24,8 +25,10 @@ MULTIHOT_KEYS = ("token_ids", "token_position", "token_inpos", "position_tags")
 
 
 def _forward(model, params, batch, rngs=None):
-    # Optional arrays (SHAKE's B, its position ids) pass through when present.
-    extra = {k: batch[k] for k in ("shake", "position_ids") if k in batch}
+    # Optional arrays (SHAKE's B, dense or pairs, its position ids) pass through when present.
+    extra = {k: batch[k] for k in ("position_ids",) if k in batch}
+    if (shake := shake_from_batch(batch)) is not None:
+        extra["shake"] = shake
     if "token_ids" in batch:  # multi-hot input: positions are morphemes
         extra["multihot"] = {k: batch[k] for k in MULTIHOT_KEYS}
     if "hyp_positions" in batch:
