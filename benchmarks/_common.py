@@ -64,11 +64,18 @@ def synthetic_batch(config, rng: np.random.Generator) -> dict:
                    mlm_target_ids=ids(b, p, t), mlm_target_mask=np.ones((b, p, t), bool))
     from kjax.config import knowledge_enabled, shaking_enabled
     if shaking_enabled(config):  # B: a few boosted (q, k) pairs per row, as the pos variant
-        shake = np.zeros((b, s, s), np.float32)
-        q = rng.integers(0, s, (b, s // 8))
-        shake[np.arange(b)[:, None], q, rng.integers(0, s, q.shape)] = 1.0
         from kjax.shake.matrix import B_DTYPE
-        out["shake"] = shake.astype(B_DTYPE)
+        q = rng.integers(0, s, (b, s // 8))
+        k = rng.integers(0, s, q.shape)
+        if config.shake.layout == "pairs":   # the same pairs, per query (kjax/shake/matrix.py)
+            start, weight = np.zeros((b, s), np.int32), np.zeros((b, s), np.float32)
+            start[np.arange(b)[:, None], q], weight[np.arange(b)[:, None], q] = k, 1.0
+            out.update(shake_key_start=start, shake_key_end=start + 1,
+                       shake_weight=weight.astype(B_DTYPE))
+        else:
+            shake = np.zeros((b, s, s), np.float32)
+            shake[np.arange(b)[:, None], q, k] = 1.0
+            out["shake"] = shake.astype(B_DTYPE)
     if knowledge_enabled(config):
         n, k = g.max_hypernym, g.max_hypernyms_per_noun
         pos = lambda: np.sort(rng.choice(s, (b, n)), -1).astype(np.int32)  # noqa: E731

@@ -2,7 +2,6 @@
 explicit path: the Pallas flash kernel with Eq. 1 (METHODS §1.2) in interpret
 mode, jax.nn.dot_product_attention, B's pairs layout against dense B, and a
 train step with each implementation."""
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -94,7 +94,7 @@ class SelfAttention(nn.Module):
         shake = shake if cfg.shakes else None
         dropout_on = cfg.attention_dropout_rate > 0 and not self.deterministic
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
-                           explicit=self.return_analysis or dropout_on)
+                           explicit=self.return_analysis or dropout_on, dtype=q.dtype)
         masks = dict(segment_ids=segment_ids, local_window=self.local_window)
         if impl != "xla":
             context, probs = fused_attention(impl, q, k, v, attention_mask, **masks,

@@ -9,7 +9,13 @@
     flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 inside
                  the online softmax (CPU: Pallas' interpret mode, slow, for
                  tests and debugging);
-    auto         dot_product (the default).
+    auto         (the default) dot_product where it is cuDNN (GPU, bf16 or
+                 fp16) and the call has no Eq. 1, else xla. On CPU the XLA
+                 form of dot_product_attention measured 1.2–1.45× slower
+                 than the explicit path, with a larger peak
+                 (docs/PERFORMANCE.md, "attention fwd+bwd"): it is the same
+                 algorithm with extra mask plumbing, and TPU runs the same
+                 XLA code, so auto keeps the explicit path there.
 
 Whatever the setting, a call that needs the attention weights themselves runs
 the explicit path: `return_analysis` (α per head) and active attention
@@ -73,7 +79,7 @@ def logits_mask(attention_mask, segment_ids=None, local_window: int | None = Non
     return mask
 
 
-def choose_impl(impl: str, *, shaking: bool, explicit: bool) -> str:
+def choose_impl(impl: str, *, shaking: bool, explicit: bool, dtype=jnp.float32) -> str:
     """The path one call takes: "xla", "dot_product" or "flash" (module doc)."""
     if impl not in IMPLS:
         raise ValueError(f"model.attention_impl={impl!r}; choose one of {IMPLS}")
@@ -81,7 +87,13 @@ def choose_impl(impl: str, *, shaking: bool, explicit: bool) -> str:
         return "xla"
     if impl == "flash":
         return "flash"
+    if impl == "auto" and not _cudnn(dtype):
+        return "xla"
     return "xla" if shaking else "dot_product"
+
+
+def _cudnn(dtype) -> bool:
+    return jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
 
 
 def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
@@ -95,8 +107,7 @@ def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
 
 
 def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
-    cudnn = jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
-    if cudnn:
+    if _cudnn(q.dtype):
         # cuDNN has no two-sided window and takes masks as a [b, 1, q, k] bias.
         mask = logits_mask(attention_mask, segment_ids, local_window)
         mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
