@@ -9,7 +9,7 @@ tpu_configs/) and any number of `--config.key=value` overrides.
 
 Verbs that work on a run (train, eval, export, analyze, finetune --init,
 inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
-when no --config is given (kjax/run_config.py). Paths may be local or URLs
+when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
 (gs://bucket/...): kjax/paths.py.
 """
 from __future__ import annotations
@@ -117,12 +117,16 @@ def run_workdir(args) -> str | None:
 
 def _load(args, parser):
     from kjax.config import load_config
+    from kjax.objectives import check_config
     overrides = _split_overrides(args, parser)
     if args.verb not in RUN_VERBS or (args.verb == "train" and args.config):
         # (train notes a changed config itself, when it records the new one)
-        return load_config(args.config or DEMO_CONFIG, overrides)
-    from kjax.run_config import load_run_config
-    return load_run_config(args.config, overrides, run_workdir(args))
+        config = load_config(args.config or DEMO_CONFIG, overrides)
+    else:
+        from kjax.config.recorded import load_run_config
+        config = load_run_config(args.config, overrides, run_workdir(args))
+    check_config(config)   # every static check, before anything is compiled
+    return config
 
 
 def _print(result: dict) -> None:
@@ -207,7 +211,7 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     `compare=False`: only that it is empty or a kjax run (the config is
     compared once the vocabulary size is known)."""
     from kjax import paths
-    from kjax.run_config import config_differences, recorded_config_path
+    from kjax.config.recorded import config_differences, recorded_config_path
     if not paths.listdir(workdir):
         return False
     recorded = recorded_config_path(workdir)
@@ -228,7 +232,6 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
 def run_demo(config, workdir: str) -> None:
     from kjax import paths
     from kjax.examples.prepare import prepare
-    from kjax.config import apply_override
     from kjax.tokens.factory import open_tokenizer, tokenizer_file, train_tokenizer
     from kjax.train.logdir import read_run_metrics
     from kjax.train.trainer import train
@@ -243,7 +246,7 @@ def run_demo(config, workdir: str) -> None:
         summary = stats.summary()
     vocab = open_tokenizer(config).vocab_size
     if vocab != config.model.vocab_size:  # multihot's final size is known only now
-        apply_override(config, f"--config.model.vocab_size={vocab}")
+        config.model.vocab_size = vocab
     if check_demo_workdir(config, workdir):
         print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
               f"to start a new one)")

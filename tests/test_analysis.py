@@ -173,8 +173,8 @@ def test_analyze_cli_on_a_trained_morph_sp_checkpoint(tmp_path, capsys):
     from kjax.examples.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     from kjax.train.trainer import train
-    extra = {"tokenizer.scheme": "'morph-sp'", "shake.variant": "'pos'",
-             "data.mask_unit": "'morpheme'", "train.num_steps": 2, "train.checkpoint_every": 2}
+    extra = {"tokenizer.scheme": "morph-sp", "shake.variant": "pos",
+             "data.mask_unit": "morpheme", "train.num_steps": 2, "train.checkpoint_every": 2}
     config = tiny_config(tmp_path, **extra)
     train_tokenizer(config)
     prepare(config, progress=False)

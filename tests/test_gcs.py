@@ -131,7 +131,7 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     """eval/export/... name the keys in which --config differs from the run's
     recorded config; without --config and without a record: a one-line error."""
     from kjax.config import load_config
-    from kjax.run_config import load_run_config, record_config
+    from kjax.config.recorded import load_run_config, record_config
     work = f"{gs_root}/run"
     trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
     record_config(trained, work)

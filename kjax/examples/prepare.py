@@ -29,7 +29,8 @@ from tqdm import tqdm
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.examples.masking import mask_example, static_mask_rng
+from kjax.examples.masking import static_mask_rng
+from kjax.inputs import mask_example
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
 from kjax.tokens.factory import load_tokenizer, tokenizer_file

@@ -68,7 +68,7 @@ def morpheme_sequences(config, max_docs: int):
 
 
 def knowledge_stats(config, max_docs: int = 2000) -> dict:
-    from kjax.batches.knowledge import load_knowledge_base
+    from kjax.knowledge.resources import load_knowledge_base
     from kjax.knowledge.targets import coverage_stats
     from kjax.tokens.sentencepiece import UNK
     kb = load_knowledge_base(config)

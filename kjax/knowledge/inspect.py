@@ -13,7 +13,7 @@ from kjax.errors import KjaxError
 def knowledge_section(text, config, tokenizer, encoded) -> dict | None:
     if tokenizer.scheme != "multihot":
         return None  # the knowledge objectives work on morpheme positions only
-    from kjax.batches.knowledge import KnowledgeTargets
+    from kjax.inputs.knowledge import KnowledgeTargets
     from kjax.knowledge.targets import knowledge_targets
     from kjax.tokens.sentencepiece import UNK
     try:

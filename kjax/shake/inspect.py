@@ -13,16 +13,22 @@ from kjax.morph.tags import TAGS
 from kjax.shake.matrix import pos_pairs, random_pairs, tag_weights
 
 
-def model_positions(tokenizer, encoded) -> tuple[dict, list[str]]:
-    """Per-position arrays and a label per position: tokens for the token
-    schemes, morphemes (the multi-hot positions) for `multihot`."""
+def model_positions(config, encoded) -> tuple[dict, list[str]]:
+    """Per-position arrays and a label per position, as the input mode
+    (kjax/inputs) makes positions: tokens, morphemes, merged units."""
+    from kjax.inputs import input_mode
     example = encoded["example"]
-    if tokenizer.scheme != "multihot":
-        labels = ["[CLS]", *encoded["tokens"], "[SEP]"]
-        return example, labels
-    from kjax.batches.multihot import position_arrays
-    positions = position_arrays(example)
-    labels = ["[CLS]", *(m.form for m in encoded["morphemes"]), "[SEP]"]
+    positions, groups = input_mode(config).positions(example)
+    tokens = ["[CLS]", *encoded["tokens"], "[SEP]"]
+    if all(len(group) == 1 for group in groups):
+        return positions, [tokens[group[0]] for group in groups]
+    # Positions of several tokens: the forms of the morphemes they hold.
+    morph = np.concatenate([[-1], encoded["morph"], [-1]])
+    labels = []
+    for group in groups:
+        ks = list(dict.fromkeys(int(k) for k in morph[group]))
+        labels.append(tokens[group[0]] if ks == [-1] else
+                      "".join(encoded["morphemes"][k].form for k in ks if k >= 0))
     return positions, labels
 
 
@@ -31,7 +37,7 @@ def _describe(indices, labels) -> str:
 
 
 def shaking_section(text, config, tokenizer, encoded) -> dict:
-    positions, labels = model_positions(tokenizer, encoded)
+    positions, labels = model_positions(config, encoded)
     k = config.shake
     if k.variant == "random":
         maskable = np.asarray(positions["word_ids"]) >= 0
@@ -46,6 +52,6 @@ def shaking_section(text, config, tokenizer, encoded) -> dict:
     rows = [{"query": _describe(q, labels), "query tag": TAGS[int(tags[q[0]])] or "-",
              "key": _describe(keys, labels), "weight": float(w)}
             for q, keys, w in pairs]
-    unit = "morpheme" if tokenizer.scheme == "multihot" else "token"
     return {"name": "shaking", "rows": rows,
-            "note": f"{note}; B[query, key] = weight, positions are {unit}s (label@position)"}
+            "note": f"{note}; B[query, key] = weight, positions are model.input_mode="
+                    f"{config.model.input_mode!r}'s (label@position)"}

@@ -26,7 +26,7 @@ from kjax.checkpoint.manager import Checkpointer
 from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
-from kjax.run_config import record_config
+from kjax.config.recorded import record_config
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
@@ -190,7 +190,7 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
             last = {"step": step, **m}
             window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
         if primary and step == start + 1:   # the first step ran: the config works
-            record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/run_config.py)
+            record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
         if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
             with goodput.timed("eval"):
                 writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
