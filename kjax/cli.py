@@ -11,6 +11,8 @@ Verbs that work on a run (train, eval, export, analyze, finetune --init,
 inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
 when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
 (gs://bucket/...): kjax/paths.py.
+
+Failures and what to do about them: docs/RECOVERY.md.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "held-out examples")
     _add_config(ev, required=False)
     ev.add_argument("--workdir", required=True)
-    ev.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the "
+                    "newest that verifies; a damaged --step is refused)")
 
     demo = verbs.add_parser("demo", help="tokenizer + prepare + train + eval of the tiny model "
                             "on the embedded Korean corpus (what `make demo` runs)")
@@ -271,10 +274,19 @@ def run_demo(config, workdir: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs a verb; a KjaxError (bad input, a damaged checkpoint, a full or
+    read-only disk) is one stderr line and exit 2. The echoes such failures
+    leave in orbax's threads (log records with tracebacks, asyncio's "Event
+    loop is closed") are kept off stderr; KJAX_DEBUG=1 shows them all."""
+    from kjax.checkpoint import quiet, storage
+    quiet.install()
+    storage.quiet_library_logs()
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except KjaxError as e:
-        print(f"kjax: error: {e}", file=sys.stderr)
+        message = " ".join(str(e).split())  # one line, whatever the message held
+        print(f"kjax: error: {message}", file=sys.stderr, flush=True)
+        quiet.reported()
         return 2
 
 

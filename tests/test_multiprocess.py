@@ -1,7 +1,8 @@
 """Two `kjax train` processes on localhost (jax.distributed, gloo collectives,
 4 fake CPU devices each) against the single-process 8-device run; then
 SIGTERM to one process mid-run: both save the same step and exit cleanly,
-and the resumed run ends bit-identical to an uninterrupted one."""
+and the resumed run ends bit-identical to an uninterrupted one; then a
+damaged newest step, which both processes refuse and fall back from."""
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
+from fault_helpers import DAMAGES
 from kjax.train.metrics import read_metrics
 from kjax.train.trainer import PREEMPTED_EXIT, train
 from test_train import TIMING, final_params
@@ -137,6 +139,17 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
     assert last["restarts"] == 1 and last["sessions"] == 2
     with open(os.path.join(cut, "goodput.json")) as f:
         assert json.load(f)["last_step"] == STEPS
+    # 4. The newest step of a finished two-process run damaged: both processes
+    # agree it fails, process 0 moves it aside, and the run ends as before.
+    DAMAGES["largest array chunk file zeroed"](os.path.join(straight, "checkpoints", str(STEPS)))
+    out = run_two(prepared, straight, logdir, "fallback")
+    assert f"checkpoint {straight}/checkpoints/{STEPS} is damaged" in out[0]
+    assert len(os.listdir(os.path.join(straight, "checkpoints", "damaged"))) == 1
+    f_state, f_data = final_params(config, straight)
+    assert f_data == r_data and all(np.array_equal(a, b) for a, b in zip(
+        jax.tree.leaves(f_state), jax.tree.leaves(r_state)))
+    logged = [r["step"] for r in read_metrics(straight) if r["split"] == "train"]
+    assert logged == list(range(1, STEPS + 1))  # each step once
     print(f"\nsingle 8-device vs two-process loss at steps 1/{saved}/{STEPS}: "
           f"{one[1]['loss']:.6f}/{one[saved]['loss']:.6f}/{one[STEPS]['loss']:.6f} vs "
           f"{two[1]['loss']:.6f}/{two[saved]['loss']:.6f}/{two[STEPS]['loss']:.6f}; "

@@ -1,58 +1,98 @@
 """orbax checkpoints: the train state (params, optimizer state, step, RNG)
-and the grain iterator position, saved together, asynchronously.
+and the grain iterator position, saved together, asynchronously, and
+verified when restored.
 
 - Policies are the current orbax ones: save every `checkpoint_every` steps
   or on a preemption signal; keep the latest `keep_checkpoints`.
 - orbax writes into a temporary directory and renames it when complete, so
-  a checkpoint is never half-written; a step directory that lacks its items
-  is reported before anything compiles.
-- Params with NaN/Inf are never saved: the run stops with the last good step.
-- Restore places every array straight onto the current mesh's shardings.
+  a checkpoint is never half-written. Params with NaN/Inf are never saved.
+- Every save records a fingerprint of every array (fingerprint.py) next to
+  the iterator state; `restore` recomputes and compares them, so a flipped
+  bit, a zeroed chunk or a swapped file is a `DamagedCheckpoint`, not a
+  silent restore. Before reading any array, the saved tree (orbax's
+  metadata: names, shapes, dtypes) is compared with the config's: a
+  complete checkpoint of another config is a `ConfigMismatch`, which names
+  the keys that differ and never calls the checkpoint damaged.
+- Which step to use, and what happens to damaged ones: recovery.py.
+- Storage faults (full, read-only, denied) while saving are one line
+  (storage.py); `check_for_errors` surfaces a failed background write at the
+  next step instead of at the next save.
 - Multi-process: every process calls save/restore (orbax coordinates them
   and writes each array shard once); the data item holds one JSON file per
-  process (`process_I-of-N.json`), since each process has its own iterator.
+  process (`process_I-of-N.json`): its iterator state and the fingerprints
+  of the shards it wrote, with a CRC32 of the record itself.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import os
+import re
+import zlib
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
+from etils import epath
 
+from kjax.checkpoint import fingerprint, storage
+from kjax.checkpoint.quiet import quiet_restore
 from kjax.errors import KjaxError
 
 ITEMS = ("state", "data")
+STEP_METADATA = "_CHECKPOINT_METADATA"
+RECORD = "kjax_checkpoint"   # marks a per-process record (iterator + fingerprints)
 policies = ocp.checkpoint_managers
+# TensorStore status codes and errors that say "cannot reach it now", not "it is broken".
+TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "ABORTED",
+             "Connection", "Timeout")
 
 
-class ProcessJsonHandler(ocp.CheckpointHandler):
-    """One JSON document per process, like grain's own orbax handler, but for a
-    plain dict (the iterator state), so restore can hand it back before an
-    iterator exists. A state saved by another process count is read from
-    process 0's file: kjax's loader counts positions in global batches."""
+class DamagedCheckpoint(KjaxError):
+    """A step's files are missing, unreadable or not the bytes that were written."""
 
-    def save(self, directory, args=None):
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / _process_file()).write_text(json.dumps(args.state))
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"checkpoint {path} is damaged: {reason}")
+        self.path, self.reason = path, reason
 
-    def restore(self, directory, args=None):
-        path = directory / _process_file()
-        if not path.exists():
-            # Another process count's state, or one file from orbax's JsonSave
-            # (checkpoints written before the per-process files).
-            others = sorted(directory.glob("process_0-of-*.json")) + [directory / "metadata"]
-            path = next((o for o in others if o.exists()), None)
-            if path is None:
-                raise FileNotFoundError(f"{directory / _process_file()} (and no "
-                                        f"process_0-of-*.json)")
-        return json.loads(path.read_text())
+
+class ConfigMismatch(KjaxError):
+    """A complete checkpoint whose arrays do not fit the config's model."""
+
+
+class UnreadableCheckpoint(KjaxError):
+    """The storage refused or timed out: says nothing about the checkpoint itself."""
 
 
 def _process_file() -> str:
     return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+
+
+def _crc(body: dict) -> int:
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+class ProcessJsonHandler(ocp.AsyncCheckpointHandler):
+    """One JSON document per process, like grain's own orbax handler, but for a
+    plain dict (the iterator state and fingerprints), so restore can hand it
+    back before an iterator exists. The record may be a Future (the
+    fingerprints, summed while orbax copies the arrays): it is awaited and
+    written in orbax's commit phase, before the step is committed."""
+
+    def save(self, directory, args=None):
+        record = args.state.result() if hasattr(args.state, "result") else args.state
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / _process_file()).write_text(json.dumps(record))
+
+    async def async_save(self, directory, args=None):
+        async def write():
+            await asyncio.to_thread(self.save, directory, args)
+        return [ocp.future.CommitFutureAwaitingContractedSignals(write(), name="kjax_data")]
+
+    def restore(self, directory, args=None):
+        return read_records(directory)[0]
 
 
 @ocp.args.register_with_handler(ProcessJsonHandler, for_save=True)
@@ -61,10 +101,54 @@ class DataSave(ocp.args.CheckpointArgs):
     state: dict
 
 
+# Unused by kjax (restore reads the records itself, read_records), but orbax
+# wraps a handler without restore args as a legacy one and then rejects DataSave.
 @ocp.args.register_with_handler(ProcessJsonHandler, for_restore=True)
 @dataclasses.dataclass
 class DataRestore(ocp.args.CheckpointArgs):
     pass
+
+
+def read_records(directory) -> tuple[dict, list[dict] | None]:
+    """(this process's iterator state, every process's fingerprints or None).
+    A state saved by another process count is read from process 0's file:
+    kjax's loader counts positions in global batches. Checkpoints written
+    before fingerprints (a bare iterator state, or orbax's JsonSave `metadata`
+    file) give None: restored unverified."""
+    directory = epath.Path(directory)
+    files = sorted(directory.glob("process_*-of-*.json"))
+    if not files:
+        legacy = directory / "metadata"
+        if legacy.exists():
+            return json.loads(legacy.read_text()), None
+        raise ValueError(f"{directory} holds no process_*-of-*.json")
+    counts = {f.name.rsplit("-of-", 1)[1][:-5] for f in files}
+    if len(counts) != 1:
+        raise ValueError(f"{directory} mixes process counts {sorted(counts)}")
+    n = int(counts.pop())
+    records = {}
+    for i in range(n):
+        path = directory / f"process_{i}-of-{n}.json"
+        if not path.exists():
+            raise ValueError(f"{path.name} is missing")
+        try:
+            record = json.loads(path.read_text())
+        except ValueError:
+            raise ValueError(f"{path.name} is not valid JSON") from None
+        if isinstance(record, dict) and RECORD in record:
+            body = {k: v for k, v in record.items() if k != "crc32"}
+            if record.get("crc32") != _crc(body):
+                raise ValueError(f"{path.name} does not match its CRC32")
+        records[i] = record
+    own = records.get(jax.process_index()) if n == jax.process_count() else records[0]
+    if not all(isinstance(r, dict) and RECORD in r for r in records.values()):
+        return own, None  # written before fingerprints
+    return own["iterator"], [r["arrays"] for r in records.values()]
+
+
+def _record(sums: fingerprint.PendingSums, data_state) -> dict:
+    body = {RECORD: 1, "iterator": data_state, "arrays": sums.result()}
+    return {**body, "crc32": _crc(body)}
 
 
 def all_finite(tree) -> bool:
@@ -73,33 +157,63 @@ def all_finite(tree) -> bool:
     return bool(jnp.all(jnp.stack(leaves))) if leaves else True
 
 
+def _shapes(tree) -> dict[str, tuple]:
+    return {fingerprint.key_name(p): (tuple(x.shape), str(jnp.dtype(x.dtype)))
+            for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def config_differences(saved: dict[str, tuple], wanted: dict[str, tuple]) -> list[str]:
+    """What differs between the checkpoint's arrays and the config's, readable."""
+    out = [f"{k} is only in the checkpoint" for k in sorted(set(saved) - set(wanted))]
+    out += [f"{k} is not in the checkpoint" for k in sorted(set(wanted) - set(saved))]
+    out += [f"{k} is {saved[k][1]}{list(saved[k][0])} in the checkpoint, "
+            f"{wanted[k][1]}{list(wanted[k][0])} in this config"
+            for k in sorted(set(saved) & set(wanted)) if saved[k] != wanted[k]]
+    return out
+
+
+_STORE_NOISE = re.compile(r' in OCDBT database at (?:local file )?"[^"]*"|; at (?:uncompressed )?'
+                          r'byte \d+|Error opening "(?:cast|zarr)" driver: ')
+
+
+def _first_line(e: BaseException) -> str:
+    """The most specific cause (TensorStore's, under orbax's wrapper), in one line."""
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = text.split(" See full TensorStore details")[0].split(" [tensorstore_spec=")[0]
+    return _STORE_NOISE.sub("", text)[:200]
+
+
 class Checkpointer:
     def __init__(self, directory: str, every: int, keep: int, read_only: bool = False):
-        self.directory = directory if "://" in directory else os.path.abspath(directory)
+        self.directory = directory.rstrip("/") if "://" in directory else \
+            os.path.abspath(directory)
         options = ocp.CheckpointManagerOptions(
             save_decision_policy=policies.AnySavePolicy([
                 policies.FixedIntervalPolicy(every), policies.PreemptionCheckpointingPolicy()]),
             preservation_policy=policies.LatestN(keep),
-            enable_async_checkpointing=True, read_only=read_only,
-            create=not read_only)
-        self.manager = ocp.CheckpointManager(self.directory, item_names=ITEMS, options=options)
+            enable_async_checkpointing=True, read_only=read_only, create=not read_only)
+        storage.watch_orbax()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kjax-fingerprint")
+        # The step last handed to orbax, and the one not yet seen committed.
+        self.saving = self.pending = None
+        self.verified = False  # whether the last restore had fingerprints to check
+        self.manager = ocp.CheckpointManager(self.directory, item_handlers={
+            "state": ocp.StandardCheckpointHandler(), "data": ProcessJsonHandler()},
+            options=options)
+
+    def step_path(self, step: int) -> str:
+        return f"{self.directory}/{step}"
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
     def all_steps(self) -> list[int]:
-        return list(self.manager.all_steps())
+        return sorted(self.manager.all_steps())
 
-    def check_complete(self, step: int) -> None:
-        """A step directory missing an item (copied by hand, truncated) is an error."""
-        if "://" in self.directory:
-            return  # remote stores: trust orbax's atomic commit
-        step_dir = os.path.join(self.directory, str(step))
-        missing = [i for i in ITEMS if not os.path.isdir(os.path.join(step_dir, i))]
-        if missing:
-            raise KjaxError(f"checkpoint {step_dir} is incomplete (missing {', '.join(missing)}); "
-                            f"delete that directory to resume from the previous step, or pass "
-                            f"another --workdir")
+    def reload(self) -> None:
+        self.manager.reload()
 
     def should_save(self, step: int) -> bool:
         return self.manager.should_save(step)
@@ -107,30 +221,144 @@ class Checkpointer:
     def reached_preemption(self, step: int) -> bool:
         return self.manager.reached_preemption(step)
 
+    # --- saving -----------------------------------------------------------
+    def last_complete_step(self) -> int | None:
+        try:
+            self.manager.reload()
+            return self.manager.latest_step()
+        except Exception:  # noqa: BLE001 - only used inside an error message
+            return None
+
+    def _fault(self, e: BaseException, doing: str = "writing") -> BaseException:
+        where = self.step_path(self.saving) if self.saving is not None else self.directory
+        error = storage.fault_error(e, where, self.last_complete_step(), doing)
+        return error if error is not None else e
+
     def save(self, step: int, state, data_state: dict, force: bool = False) -> bool:
         if not all_finite(state["params"]):
             last = self.latest_step()
             raise KjaxError(f"params contain NaN/Inf at step {step}: not saving. The last good "
                             f"checkpoint is step {last}; lower train.learning_rate or raise "
                             f"train.warmup_steps and resume")
-        return self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=DataSave(data_state)), force=force)
-
-    def restore(self, step: int, abstract_state):
-        self.check_complete(step)
+        # Fingerprints: started here (views and dispatches, fingerprint.py),
+        # summed on a second thread while orbax writes, and awaited in orbax's
+        # commit phase by the data item's handler.
+        record = self._pool.submit(_record, fingerprint.PendingSums(state), data_state)
         try:
-            restored = self.manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=DataRestore()))
-        except (ValueError, KeyError, FileNotFoundError, json.JSONDecodeError) as e:
-            raise KjaxError(f"checkpoint {self.directory}/{step} could not be restored "
-                            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}); it may be "
-                            f"corrupt or from another config: delete it or use another "
-                            f"--workdir") from None
-        return restored["state"], restored["data"]
+            self.settle()
+            storage.check_writable(self.directory, self.latest_step())
+            self.saving = self.pending = step
+            return self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=DataSave(record)), force=force)
+        except KjaxError:
+            raise
+        except Exception as e:  # noqa: BLE001 - storage faults become one line
+            raise self._fault(e) from None
+
+    def check_for_errors(self) -> None:
+        """Raises (one line) if a background write failed since the last save."""
+        try:
+            self.manager.check_for_errors()
+        except Exception as e:  # noqa: BLE001
+            raise self._fault(e) from None
+
+    def settle(self) -> None:
+        """Waits for the pending save and raises (one line) unless it was
+        committed: orbax's finalize thread logs a failed background write
+        instead of raising it, so the step listing is what tells."""
+        pending, self.pending = self.pending, None
+        try:
+            self.manager.wait_until_finished()
+            self.manager.check_for_errors()
+        except Exception as e:  # noqa: BLE001
+            raise self._fault(e) from None
+        if pending is None:
+            return
+        self.manager.reload()
+        if pending in self.manager.all_steps():
+            storage.take_orbax_error()
+            return
+        cause = storage.take_orbax_error() or RuntimeError("orbax did not commit it")
+        error = self._fault(cause)
+        if isinstance(error, KjaxError):
+            raise error from None
+        last = self.last_complete_step()
+        raise KjaxError(f"checkpoint {self.step_path(pending)} was not completed "
+                        f"({_first_line(cause)}); {storage.last_step_text(last)}. Run the "
+                        f"same command to resume from it") from None
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        self.settle()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        self.settle()
+        self._pool.shutdown(wait=False)
+        try:
+            self.manager.close()
+        except Exception as e:  # noqa: BLE001
+            raise self._fault(e) from None
+
+    def abandon(self) -> None:
+        """Closes after an error, raising nothing (the first error is the one to report)."""
+        self._pool.shutdown(wait=False)
+        try:
+            self.manager.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # --- restoring --------------------------------------------------------
+    def saved_shapes(self, step: int) -> dict[str, tuple]:
+        path = self.step_path(step)
+        missing = [i for i in ITEMS if not (epath.Path(path) / i).exists()]
+        if missing:
+            raise DamagedCheckpoint(path, f"{' and '.join(missing)} missing")
+        try:  # orbax's step record: restores would work without it, but it was written
+            json.loads((epath.Path(path) / STEP_METADATA).read_text())
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, f"{STEP_METADATA} is missing or unreadable") \
+                from None
+        try:
+            with quiet_restore():
+                tree = self.manager.item_metadata(step)["state"]
+            saved = _shapes(tree)
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, "its array metadata cannot be read") from None
+        if not saved:
+            raise DamagedCheckpoint(path, "its array metadata (state/_METADATA) lists no arrays")
+        return saved
+
+    def _read_error(self, step: int, e: BaseException, what: str) -> KjaxError:
+        path, detail = self.step_path(step), _first_line(e)
+        if storage.fault_kind(e) == storage.DENIED or any(t in str(e) for t in TRANSIENT):
+            return UnreadableCheckpoint(f"cannot read checkpoint {path} ({detail}); the files "
+                                        f"were left as they are: check access to the storage "
+                                        f"and run the same command again")
+        return DamagedCheckpoint(path, f"{what} ({detail})")
+
+    def restore(self, step: int, abstract_state):
+        """(state, iterator state) of `step`, verified; see the exceptions above."""
+        path = self.step_path(step)
+        differences = config_differences(self.saved_shapes(step), _shapes(abstract_state))
+        if differences:
+            more = f" (and {len(differences) - 2} more)" if len(differences) > 2 else ""
+            raise ConfigMismatch(f"checkpoint {path} is complete but was written with another "
+                                 f"config: {'; '.join(differences[:2])}{more}")
+        try:
+            with quiet_restore():
+                state = self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state)))["state"]
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, "an array cannot be read") from None
+        try:
+            iterator, parts = read_records(epath.Path(path) / "data")
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, "the data item is unreadable") from None
+        if parts is not None:
+            bad = fingerprint.mismatches(fingerprint.total(parts),
+                                         fingerprint.restored_sums(state))
+            if bad:
+                raise DamagedCheckpoint(path, f"{len(bad)} array(s) differ from what was "
+                                        f"saved ({', '.join(bad[:3])}"
+                                        f"{', ...' if len(bad) > 3 else ''})")
+        self.verified = parts is not None
+        return state, iterator

@@ -1,44 +1,58 @@
-"""The parameters of a training run's checkpoint, on the host, for the tools
-that need only them (`kjax export`, `kjax analyze`): no optimizer state on
-device, no data."""
+"""A checkpoint's state for the tools that only read one (`kjax eval`,
+`export`, `analyze`, fine-tuning's `--init`): the explicit step, verified or
+refused in one line, or else the newest step that verifies; nothing is
+moved (recovery.py). `restore_params` builds the abstract target from the
+config (kjax.train, one layer down, knows the model)."""
 from __future__ import annotations
 
-import os
-
+import jax
 import numpy as np
 
+from kjax import paths
+from kjax.checkpoint.manager import Checkpointer, ConfigMismatch
+from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
+from kjax.parallel.mesh import make_mesh
+from kjax.train.state import abstract_state, make_model, make_optimizer
+
+
+def open_read_only(directory: str, hint: str) -> Checkpointer:
+    if not paths.isdir(directory):   # local or gs:// (kjax/paths.py)
+        raise KjaxError(f"no checkpoints in {directory}; {hint}")
+    return Checkpointer(directory, 1, 1, read_only=True)
+
+
+def restore_read_only(directory: str, target, step: int | None = None,
+                      hint: str = "train first (`kjax train`)", what: str = "--step"):
+    """(state, iterator state, step) from DIRECTORY (a run's checkpoints/)."""
+    checkpoints = open_read_only(directory, hint)
+    try:
+        if step is not None:
+            state, iterator = restore_step(checkpoints, target, step, what)
+            return state, iterator, step
+        found = restore_newest(checkpoints, target, move_damaged=False)
+        if found is None:
+            raise KjaxError(f"no checkpoint steps in {directory}; {hint}")
+        return found
+    finally:
+        checkpoints.abandon()
 
 
 def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
-    """(params as numpy arrays, step) of WORKDIR/checkpoints (latest step by default)."""
-    import jax
-    from kjax.checkpoint.manager import Checkpointer
-    from kjax.parallel.mesh import make_mesh
-    from kjax.train.state import abstract_state, make_model, make_optimizer
-    from kjax import paths
+    """(params as numpy arrays on the host, step) of WORKDIR/checkpoints for the
+    tools that need only them (`kjax export`, `kjax analyze`): the given step
+    or the newest that verifies (kjax/checkpoint/recovery.py)."""
     directory = paths.join(workdir, "checkpoints")
-    if not paths.isdir(directory):   # local or gs:// (kjax/paths.py)
-        raise KjaxError(f"no checkpoints in {directory}; train first (`kjax train --workdir "
-                        f"{workdir}`) or pass the --workdir that holds them")
-    t = config.train
-    checkpoints = Checkpointer(directory, t.checkpoint_every, t.keep_checkpoints, read_only=True)
+    target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
+                               make_optimizer(config.train))
     try:
-        steps = checkpoints.all_steps()
-        step = steps[-1] if step is None and steps else step
-        if step is None or step not in steps:
-            raise KjaxError(f"no checkpoint for step {step} in {directory}; available: {steps}")
-        target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
-                                   make_optimizer(t))
-        try:
-            state, _ = checkpoints.restore(step, target)
-        except KjaxError as e:   # almost always the wrong config, not a broken checkpoint
-            saved = os.path.join(workdir, "kjax_config.py")
-            hint = f" (`kjax import` wrote it to {saved})" if os.path.isfile(saved) else ""
-            raise KjaxError(f"checkpoint {directory}/{step} does not fit this config: pass the "
-                            f"--config and --config.* overrides the run was trained with{hint} "
-                            f"(model sizes, model.input_mode, knowledge weights). Detail: "
-                            f"{str(e).split('restored ', 1)[-1].split(';')[0][:160]}") from None
-    finally:
-        checkpoints.close()
+        state, _, step = restore_read_only(directory, target, step, hint=(
+            f"train first (`kjax train --workdir {workdir}`) or pass the --workdir that "
+            f"holds them"))
+    except ConfigMismatch as e:
+        saved = paths.join(workdir, "kjax_config.py")
+        hint = f" (recorded in {saved}: leave --config out to use it)" if paths.isfile(saved) else ""
+        raise ConfigMismatch(f"{e}; pass the --config and --config.* overrides the run was "
+                             f"trained with{hint} (model sizes, model.input_mode, knowledge "
+                             f"weights)") from None
     return jax.tree.map(np.asarray, jax.device_get(state["params"])), step

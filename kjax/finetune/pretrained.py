@@ -1,7 +1,8 @@
 """`--init`: the encoder weights of a kjax pretraining checkpoint.
 
 Accepted: a pretraining workdir (holding checkpoints/), its checkpoints/
-directory (latest step), or checkpoints/STEP. The full pretraining state is
+directory (the newest step that verifies; damaged newer steps are named and
+skipped, never moved), or checkpoints/STEP (verified, or refused in one line). The full pretraining state is
 restored onto the fine-tuning mesh (as `kjax eval` does: Session's abstract
 state → Checkpointer.restore), and the task model's `bert` subtree is taken
 from its params; the pretraining-only heads (MLM transform, NSP) are dropped.
@@ -13,15 +14,16 @@ import os
 import jax
 
 from kjax import paths
-from kjax.checkpoint.manager import Checkpointer
+from kjax.checkpoint.manager import ConfigMismatch
+from kjax.checkpoint.restore import restore_read_only
 from kjax.errors import KjaxError
 from kjax.train.state import abstract_state, make_model, make_optimizer
 
 NO_INIT = ("", "none", "random")
 
 
-def resolve_checkpoint(path: str) -> tuple[str, int]:
-    """(checkpoints directory, step) for an --init path."""
+def resolve_checkpoint(path: str) -> tuple[str, int | None]:
+    """(checkpoints directory, step or None for the newest that verifies) for an --init path."""
     hint = ("pass the pretraining --workdir, its checkpoints/ directory or checkpoints/STEP "
             "(or --init none for random weights)")
     if not paths.exists(path):
@@ -37,9 +39,7 @@ def resolve_checkpoint(path: str) -> tuple[str, int]:
     steps = sorted(int(d) for d in paths.listdir(directory) if d.isdigit())
     if not steps:
         raise KjaxError(f"--init {path}: no checkpoint steps in {directory}; {hint}")
-    if step is None:
-        step = steps[-1]
-    if step not in steps:
+    if step is not None and step not in steps:
         raise KjaxError(f"--init {path}: no step {step} in {directory} (steps: {steps}); {hint}")
     return directory, step
 
@@ -49,15 +49,11 @@ def restore_pretrained_params(config, mesh, path: str, template) -> dict:
     directory, step = resolve_checkpoint(path)
     model = make_model(config, deterministic=True)
     target, _ = abstract_state(config, mesh, model, make_optimizer(config.train))
-    ckpt = Checkpointer(directory, 1, 1, read_only=True)
-    try:
-        state, _ = ckpt.restore(step, target)
-    except KjaxError as e:   # its advice (delete the checkpoint) is wrong for an --init
-        raise KjaxError(f"--init {directory}/{step} does not fit --config: "
-                        f"{str(e).split('; ')[0]}; pass the --config and --config.model.* "
-                        f"overrides it was pretrained with") from None
-    finally:
-        ckpt.close()
+    try:  # an explicit checkpoints/STEP is verified or refused; else the newest that verifies
+        state, _, step = restore_read_only(directory, target, step, what="--init STEP")
+    except ConfigMismatch as e:
+        raise KjaxError(f"--init {path} does not fit --config: {e}; pass the "
+                        f"--config and --config.model.* overrides it was pretrained with") from None
     params = state["params"]
     missing = sorted(set(template) - set(params))
     if missing:

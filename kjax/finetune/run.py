@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from kjax import paths
 from kjax.checkpoint.manager import Checkpointer
+from kjax.checkpoint.recovery import restore_newest
 from kjax.errors import KjaxError
 from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
@@ -41,27 +42,30 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
         os.makedirs(logs, exist_ok=True)
     ckpt = Checkpointer(paths.join(out_dir, "checkpoints"),
                         ft.checkpoint_every or tuner.eval_every, ft.keep_checkpoints)
-    latest = ckpt.latest_step()
     keys = [bf_key(bf) for bf in bf_infers]
     settings = run_settings(tuner, seed, bf_train, bf_infers)
     with on_mesh(tuner.mesh, tuner.config):
-        if latest is None:
+        found = None
+        if ckpt.all_steps():  # the newest step that verifies; damaged ones are moved aside
+            target = {**tuner.abstract_state(),
+                      "best": {k: tuner.abstract_state()["params"] for k in keys}}
+            found = restore_newest(ckpt, target, move_damaged=True)
+        latest = found[2] if found is not None else None
+        if found is None:
             state = tuner.init_state(seed)
             # The best params per inference bf ride along in the checkpoint.
             state["best"] = {k: tuner.copy_params(state["params"]) for k in keys}
             progress_state = {"best": {}, "bad_evals": 0, "stopped": False,
                               "settings": settings}
         else:
-            target = {**tuner.abstract_state(),
-                      "best": {k: tuner.abstract_state()["params"] for k in keys}}
-            state, progress_state = ckpt.restore(latest, target)
+            state, progress_state, _ = found
             try:
                 _check_settings(out_dir, progress_state.get("settings", settings), settings)
             except KjaxError:
                 ckpt.close()
                 raise
         start = int(jax.device_get(state["step"]))
-        writer = MetricWriter(logs, enabled=primary)
+        writer = MetricWriter(logs, enabled=primary, resume_step=start)
         train_step = tuner.train_step(bf_train)
         bar = tqdm(total=tuner.total_steps, initial=start,
                    desc=f"finetune {paths.name(out_dir)}",

@@ -1,6 +1,7 @@
 """Open lexical-knowledge files for UKnowBERT (METHODS §2.5), replacing the
 non-public UWordMap. The formats are documented in kjax/knowledge/data/README.md;
-in short, UTF-8 text (a BOM and CRLF line ends are tolerated), one entry per
+in short, UTF-8 text (a BOM at the start and CRLF line ends are tolerated;
+NUL bytes and BOMs anywhere else are errors), one entry per
 line, `#` comments and blank lines skipped, two TAB-separated columns:
 
     hypernyms.tsv       lemma<TAB>hypernym,hypernym,...    일가_02/NNG	가족,경지,현상
@@ -111,6 +112,15 @@ def _read_rows(path: str):
         except UnicodeDecodeError as error:
             raise ResourceError(f"{path}:{number}: not UTF-8 ({error.reason} at byte "
                                 f"{error.start}); re-save the file as UTF-8") from None
+        # Checked before comments and blank lines: either means the file was
+        # damaged or concatenated, wherever it sits.
+        if "\x00" in line:
+            raise ResourceError(f"{path}:{number}: NUL byte at column {line.index(chr(0)) + 1}; "
+                                f"the file is damaged or not text: re-export it as UTF-8 text")
+        if "\ufeff" in line:
+            raise ResourceError(f"{path}:{number}: byte-order mark (U+FEFF) at column "
+                                f"{line.index(chr(0xFEFF)) + 1} (files concatenated with their "
+                                f"BOMs?); remove it: a BOM may only open the file")
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         columns = line.rstrip().split("\t")

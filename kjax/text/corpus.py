@@ -7,6 +7,12 @@ kjax/paths.py, and a `tfds:NAME/CONFIG:SPLIT` part reads a prepared TFDS dataset
 A line that does not decode as UTF-8, or holds NUL bytes, is counted and
 skipped (never a crash in a 10-hour job); `CorpusStats` reports them at the
 end with the first few file:line locations so the user can look.
+
+A damaged `.gz` (truncated, corrupt, or a plain file named .gz) is not a
+crash either: the lines read before the damage are kept, the rest of that
+file is skipped and counted as one "damaged .gz" skip, and the summary names
+every such file with the line where reading stopped (docs/RECOVERY.md). If
+nothing usable is left at all, the usual "no sentences" errors follow.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import glob
 import gzip
 import os
 import unicodedata
+import zlib
 from typing import Iterator
 
 from kjax import paths
@@ -82,6 +89,7 @@ class CorpusStats:
     empty_documents: int = 0  # documents whose every line was skipped
     skipped: dict = dataclasses.field(default_factory=dict)   # reason → count
     examples_of_skips: list = dataclasses.field(default_factory=list)
+    damaged_files: list = dataclasses.field(default_factory=list)  # "path:line: reason", all
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -94,6 +102,13 @@ class CorpusStats:
         for k, v in other.skipped.items():
             self.skipped[k] = self.skipped.get(k, 0) + v
         self.examples_of_skips = (self.examples_of_skips + other.examples_of_skips)[:5]
+        self.damaged_files += other.damaged_files
+
+    def damaged(self, path: str, last_line: int, reason: str) -> None:
+        """A compressed file that stops being readable after `last_line`."""
+        self.skipped[DAMAGED_GZ] = self.skipped.get(DAMAGED_GZ, 0) + 1
+        where = f"after line {last_line}" if last_line else "from its first byte"
+        self.damaged_files.append(f"{path}: {reason} {where}; the rest of the file was skipped")
 
     def summary(self) -> str:
         skipped = ", ".join(f"{v} {k}" for k, v in sorted(self.skipped.items())) or "none"
@@ -103,7 +118,31 @@ class CorpusStats:
             text += f"; {self.empty_documents} documents had no usable line"
         if self.examples_of_skips:
             text += " (first: " + "; ".join(self.examples_of_skips) + ")"
+        if self.damaged_files:
+            text += "; damaged files: " + "; ".join(self.damaged_files)
         return text
+
+
+DAMAGED_GZ = "damaged .gz (rest of file)"
+
+
+def _gzip_damage(e: Exception) -> str:
+    if isinstance(e, EOFError):
+        return "truncated gzip stream"
+    if "Not a gzipped file" in str(e):
+        return "not gzip data (a plain file named .gz? rename it)"
+    return f"corrupt gzip data ({e})"
+
+
+def _lines(path: str, stats: CorpusStats):
+    """(line number, raw bytes) of a file; a damaged .gz ends early, counted."""
+    with _open(path) as f:
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(f, 1):
+                yield lineno, raw
+        except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            stats.damaged(path, lineno, _gzip_damage(e))
 
 
 def _open(path: str):
@@ -142,27 +181,29 @@ def iter_documents(sources: list, stats: CorpusStats | None = None,
             yield from _tfds_documents(source, stats)
         else:
             yield from _file_documents(source, stats, document_per_file)
+    if not stats.sentences and stats.damaged_files:
+        raise KjaxError(f"data.corpus: no usable sentence was read; damaged files: "
+                        f"{'; '.join(stats.damaged_files)}")
 
 
 def _file_documents(path: str, stats: CorpusStats, document_per_file: bool):
     doc: list[str] = []
     skipped_since_boundary = False
-    with _open(path) as f:
-        for lineno, raw in enumerate(f, 1):
-            text = clean_line(raw, stats, f"{path}:{lineno}")
-            if text is None:
-                skipped_since_boundary = True
-            elif text:
-                doc.append(text)
-                stats.sentences += 1
-                stats.chars += len(text)
-            elif not document_per_file:
-                if doc:
-                    stats.documents += 1
-                    yield doc
-                elif skipped_since_boundary:
-                    stats.empty_documents += 1
-                doc, skipped_since_boundary = [], False
+    for lineno, raw in _lines(path, stats):
+        text = clean_line(raw, stats, f"{path}:{lineno}")
+        if text is None:
+            skipped_since_boundary = True
+        elif text:
+            doc.append(text)
+            stats.sentences += 1
+            stats.chars += len(text)
+        elif not document_per_file:
+            if doc:
+                stats.documents += 1
+                yield doc
+            elif skipped_since_boundary:
+                stats.empty_documents += 1
+            doc, skipped_since_boundary = [], False
     if doc:  # a document never spans files
         stats.documents += 1
         yield doc

@@ -47,14 +47,25 @@ def peak_flops(config) -> tuple[float, str]:
 
 
 class MetricWriter:
-    def __init__(self, workdir: str, enabled: bool = True):
+    """metrics.jsonl + TensorBoard. A run resumed at `resume_step` computes the
+    steps after it again (bit-exactly), so the rows a killed session logged
+    past that step are dropped from metrics.jsonl (rewritten atomically; a
+    torn last line from kill -9 goes too) and TensorBoard is told to purge
+    them (`purge_step`: a SessionLog.START at resume_step + 1 hides every
+    older event from that step on). Each step is then held once, after any
+    number of resumes. Session summaries (split "goodput") are kept."""
+
+    def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
         self.enabled = enabled
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.tb = None
         if enabled:
             os.makedirs(workdir, exist_ok=True)
+            if resume_step is not None and os.path.exists(self.path):
+                truncate_metrics(self.path, resume_step)
             from tensorboardX import SummaryWriter
-            self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+            self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=None
+                                    if resume_step is None else resume_step + 1)
 
     def write(self, step: int, metrics: dict, prefix: str = "train") -> None:
         if not self.enabled:
@@ -71,13 +82,48 @@ class MetricWriter:
         if self.tb is not None:
             self.tb.close()
 
+    def abandon(self) -> None:
+        """Closes after an error (a full disk may refuse the last flush)."""
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+def _rows(path: str) -> tuple[list[dict], bool]:
+    """(rows, whether a torn line was dropped): only the last line can be torn."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line for line in f.read().split("\n") if line.strip()]
+    rows, torn = [], False
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if i != len(lines) - 1:
+                raise
+            torn = True  # a write cut by kill -9
+    return rows, torn
+
+
+def truncate_metrics(path: str, resume_step: int) -> bool:
+    """Drops the train/eval rows after `resume_step`; True if any row (or a
+    torn line) went."""
+    rows, torn = _rows(path)
+    keep = [r for r in rows if r.get("step", 0) <= resume_step or r.get("split") == "goodput"]
+    if len(keep) == len(rows) and not torn:
+        return False
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in keep)
+    os.replace(tmp, path)
+    return True
+
 
 def read_metrics(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.isfile(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return _rows(path)[0]
 
 
 def plot_loss_curve(workdir: str) -> str | None:

@@ -1,9 +1,12 @@
 """The one canonical trainer: `kjax train` and `kjax eval` call into here.
 
 It checks everything it can before compiling (mesh, batch, data, tokenizer
-vocabulary, checkpoint completeness), restores the latest checkpoint if the
-workdir has one, and runs the jit-compiled step. Host syncs happen only at
-log/eval/checkpoint steps.
+vocabulary, a writable workdir), restores the newest checkpoint that
+verifies (damaged ones are moved aside: kjax/checkpoint/recovery.py), and
+runs the jit-compiled step. Host syncs happen only at log/eval/checkpoint
+steps. Storage faults (full, read-only, denied) end the run with one line
+naming the path and the last complete step (kjax/checkpoint/storage.py);
+after the fix, the same command resumes from there.
 
 Preemption: SIGTERM (what a spot/preemptible TPU VM, `launch/stop.sh` or a
 scheduler sends) sets a flag; the processes agree on it through a tiny
@@ -22,7 +25,9 @@ import numpy as np
 from tqdm import tqdm
 
 from kjax.batches.loader import eval_batches, train_dataset
+from kjax.checkpoint import storage
 from kjax.checkpoint.manager import Checkpointer
+from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
@@ -95,7 +100,7 @@ class PreemptionCheck:
 class Session:
     """Mesh, model, optimizer, checkpoints and compiled steps for one workdir."""
 
-    def __init__(self, config, workdir: str):
+    def __init__(self, config, workdir: str, read_only: bool = False):
         self.config, self.workdir = config, workdir
         self.mesh = make_mesh(config)
         check_data(config)
@@ -104,19 +109,18 @@ class Session:
         self.eval_model = make_model(config, deterministic=True)
         t = config.train
         self.checkpoints = Checkpointer(os.path.join(workdir, "checkpoints"),
-                                        t.checkpoint_every, t.keep_checkpoints)
-        self.latest = self.checkpoints.latest_step()
-        if self.latest is not None:
-            self.checkpoints.check_complete(self.latest)
+                                        t.checkpoint_every, t.keep_checkpoints, read_only)
 
     def initial_state(self, goodput: Goodput):
-        """(state, shardings, data_state or None): restored if the workdir has one."""
-        if self.latest is None:
-            state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx)
-            return state, shardings, None
+        """(state, shardings, data_state or None): the newest checkpoint that
+        verifies (damaged newer ones are moved aside), else a fresh init."""
         target, shardings = abstract_state(self.config, self.mesh, self.train_model, self.tx)
         with goodput.timed("checkpoint"):
-            state, data_state = self.checkpoints.restore(self.latest, target)
+            found = restore_newest(self.checkpoints, target, move_damaged=True)
+        if found is None:
+            state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx)
+            return state, shardings, None
+        state, data_state, _ = found
         return state, shardings, data_state
 
     def evaluate(self, eval_fn, params) -> dict:
@@ -139,24 +143,46 @@ def train(config, workdir: str, progress: bool = True, stop_at: int | None = Non
 
 def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
+    # Read-only, full or a file: one line before compiling.
+    storage.check_writable(workdir, storage.listed_last_step(os.path.join(workdir, "checkpoints")))
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
     goodput = Goodput(logs, enabled=primary)
     s = Session(config, workdir)
-    c, t = config, config.train
-    state, shardings, data_state = s.initial_state(goodput)
+    writer = None
+    try:
+        state, shardings, data_state = s.initial_state(goodput)
+        start = int(jax.device_get(state["step"]))
+        # Rows logged after `start` by a killed session are computed again: dropped.
+        writer = MetricWriter(logs, enabled=primary, resume_step=start)
+        return _loop(s, state, shardings, data_state, start, writer, goodput, logs,
+                     progress, stop_at, stop)
+    except BaseException as e:
+        last = s.checkpoints.last_complete_step()
+        s.checkpoints.abandon()  # lets a good in-flight save finish; raises nothing
+        if writer is not None:
+            writer.abandon()
+        error = storage.fault_error(e, workdir, last) if isinstance(e, Exception) and \
+            not isinstance(e, KjaxError) else None
+        if error is None:
+            raise
+        raise error from None
+
+
+def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs,
+          progress, stop_at, stop) -> dict:
+    c, t, workdir = s.config, s.config.train, s.workdir
+    primary = jax.process_index() == 0
+    if start >= t.num_steps:
+        s.checkpoints.close()
+        writer.close()
+        return {"step": start, "message": "already trained to train.num_steps"}
     iterator = iter(train_dataset(c, jax.process_index(), jax.process_count()))
     if data_state is not None:
         iterator.set_state(data_state)
     train_step = make_train_step(c, s.mesh, s.train_model, s.tx, shardings)
     eval_step = make_eval_step(c, s.mesh, s.eval_model, shardings["params"])
-    writer = MetricWriter(logs, enabled=primary)
-    start = int(jax.device_get(state["step"]))
-    if start >= t.num_steps:
-        s.checkpoints.close()
-        writer.close()
-        return {"step": start, "message": "already trained to train.num_steps"}
     step_flops = flops_per_example(c.model, c.data.max_seq_len,
                                    c.data.max_predictions_per_seq) * t.batch_size
     peak, peak_source = peak_flops(c)
@@ -166,46 +192,49 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     last = {"step": start}
     goodput.start_loop(start)
     window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
-    for step in range(start + 1, t.num_steps + 1):
-        fetch_start = time.perf_counter()
-        with goodput.timed("data_wait"):
-            batch = put_batch(next(iterator), s.mesh)
-        data_wait += time.perf_counter() - fetch_start
-        state, metrics = train_step(state, batch)
-        window_steps += 1
-        bar.update()
-        if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
-            m = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            elapsed = time.perf_counter() - window_start
-            step_time = elapsed / window_steps
-            m.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time,
-                     data_wait_fraction=data_wait / elapsed,
-                     mfu=step_flops / step_time / peak)
-            if step == start + 1:
-                m["compile_and_first_step_time"] = m.pop("step_time")
-                m.pop("tokens_per_sec"), m.pop("mfu")
-            writer.write(step, m)
-            goodput.save(step)
-            bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
-            last = {"step": step, **m}
-            window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
-        if primary and step == start + 1:   # the first step ran: the config works
-            record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
-        if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
-            with goodput.timed("eval"):
-                writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
-        signalled = preempted() or s.checkpoints.reached_preemption(step)
-        stop_now = signalled or step == stop_at
-        if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
-            jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
-            with goodput.timed("checkpoint"):
-                s.checkpoints.save(step, state, iterator.get_state(), force=True)
-                if primary:
-                    push_logs(workdir)
-        if stop_now:
-            break
+    try:
+        for step in range(start + 1, t.num_steps + 1):
+            fetch_start = time.perf_counter()
+            with goodput.timed("data_wait"):
+                batch = put_batch(next(iterator), s.mesh)
+            data_wait += time.perf_counter() - fetch_start
+            state, metrics = train_step(state, batch)
+            s.checkpoints.check_for_errors()  # a failed background write: stop now, in one line
+            window_steps += 1
+            bar.update()
+            if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
+                m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                elapsed = time.perf_counter() - window_start
+                step_time = elapsed / window_steps
+                m.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time,
+                         data_wait_fraction=data_wait / elapsed,
+                         mfu=step_flops / step_time / peak)
+                if step == start + 1:
+                    m["compile_and_first_step_time"] = m.pop("step_time")
+                    m.pop("tokens_per_sec"), m.pop("mfu")
+                writer.write(step, m)
+                goodput.save(step)
+                bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
+                last = {"step": step, **m}
+                window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+            if primary and step == start + 1:   # the first step ran: the config works
+                record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
+            if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
+                with goodput.timed("eval"):
+                    writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
+            signalled = preempted() or s.checkpoints.reached_preemption(step)
+            stop_now = signalled or step == stop_at
+            if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
+                jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
+                with goodput.timed("checkpoint"):
+                    s.checkpoints.save(step, state, iterator.get_state(), force=True)
+                    if primary:
+                        push_logs(workdir)
+            if stop_now:
+                break
+    finally:
+        bar.close()  # a newline before any error line
     goodput.end_loop()
-    bar.close()
     with goodput.timed("checkpoint"):
         s.checkpoints.close()  # waits for the async write: the last save is complete
     last.update(peak_flops=peak, peak_source=peak_source, final_step=step)
@@ -225,16 +254,21 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
 
 
 def evaluate(config, workdir: str, step: int | None = None) -> dict:
-    s = Session(config, workdir)
-    step = step if step is not None else s.latest
-    if step is None:
-        raise KjaxError(f"no checkpoint in {workdir}/checkpoints; train first (`kjax train`)")
-    if step not in s.checkpoints.all_steps():
-        raise KjaxError(f"no checkpoint for step {step} in {workdir}/checkpoints; "
-                        f"available: {s.checkpoints.all_steps()}")
-    target, shardings = abstract_state(config, s.mesh, s.train_model, s.tx)
-    state, _ = s.checkpoints.restore(step, target)
-    eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
-    result = {"step": step, **s.evaluate(eval_step, state["params"])}
-    s.checkpoints.close()
+    """Held-out metrics of `step`, or of the newest checkpoint that verifies
+    (damaged newer ones are named and skipped, not moved: eval only reads)."""
+    s = Session(config, workdir, read_only=True)
+    try:
+        target, shardings = abstract_state(config, s.mesh, s.train_model, s.tx)
+        if step is not None:
+            state, _ = restore_step(s.checkpoints, target, step)
+        else:
+            found = restore_newest(s.checkpoints, target, move_damaged=False)
+            if found is None:
+                raise KjaxError(f"no checkpoint in {workdir}/checkpoints; train first "
+                                f"(`kjax train`)")
+            state, _, step = found
+        eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
+        result = {"step": step, **s.evaluate(eval_step, state["params"])}
+    finally:
+        s.checkpoints.abandon()
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in result.items()}

@@ -1,0 +1,169 @@
+"""Storage faults as one line: a full disk, a read-only file system or a
+denied permission, wherever they surface (the workdir check before
+compiling, orbax's background write threads, TensorStore's status codes,
+metrics appends), become one `KjaxError` that names the path, the last
+complete checkpoint and what to do. Paths go through etils.epath, so the
+same checks work on gs:// (where "full" means a quota and "denied" a 403).
+
+`quiet_library_logs` keeps orbax's own log records (warnings meant for its
+developers, and error records with tracebacks from its background threads,
+for failures kjax reports itself) off the CLI's stderr; KJAX_DEBUG=1 shows
+them.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+
+from kjax.errors import KjaxError
+
+FULL, READ_ONLY, DENIED = "full", "read-only", "denied"
+_ERRNO_KIND = {errno.ENOSPC: FULL, errno.EDQUOT: FULL, errno.EFBIG: FULL,
+               errno.EROFS: READ_ONLY, errno.EACCES: DENIED, errno.EPERM: DENIED}
+# TensorStore/absl status codes and the strerror texts orbax passes on as text.
+_TEXT_KIND = ((re.compile(r"RESOURCE_EXHAUSTED|No space left|quota|File too large"), FULL),
+              (re.compile(r"Read-only file system"), READ_ONLY),
+              (re.compile(r"PERMISSION_DENIED|Permission denied|Operation not permitted|"
+                          r"\b403\b"), DENIED))
+_REASON = {FULL: "no space left on the device (or a quota or file-size limit)",
+           READ_ONLY: "the file system is read-only", DENIED: "permission denied"}
+_FIX = {FULL: "Free space there (or pass a --workdir with room)",
+        READ_ONLY: "Make it writable again (remount it read-write) or pass another --workdir",
+        DENIED: "Give this user write access there (chmod/chown, bucket IAM) or pass "
+                "another --workdir"}
+_PATH_IN_TEXT = re.compile(r"(?:local file|file) \"([^\"]+)\"|'(/[^']+)'")
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def fault_kind(exc: BaseException) -> str | None:
+    """FULL / READ_ONLY / DENIED when `exc` (or what caused it) is a storage fault."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in _ERRNO_KIND:
+            return _ERRNO_KIND[e.errno]
+        text = str(e)
+        for pattern, kind in _TEXT_KIND:
+            if pattern.search(text):
+                return kind
+    return None
+
+
+_ORBAX_TMP_STEP = re.compile(r"^(.*/\d+)\.orbax-checkpoint-tmp.*$")
+
+
+def fault_path(exc: BaseException, default: str) -> str:
+    """The file the fault names (OSError.filename, TensorStore's "local file"),
+    as the step folder when it lies in orbax's temporary copy of one; else `default`."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.filename:
+            path = str(e.filename)
+            break
+        match = _PATH_IN_TEXT.search(str(e))
+        if match:
+            path = (match.group(1) or match.group(2)).rstrip("/")
+            break
+    else:
+        return default
+    return _ORBAX_TMP_STEP.sub(r"\1", path)
+
+
+def last_step_text(step: int | None) -> str:
+    return (f"the last complete checkpoint is step {step}" if step is not None
+            else "no checkpoint was completed yet")
+
+
+def fault_error(exc: BaseException, default_path: str, last_step: int | None,
+                doing: str = "writing") -> KjaxError | None:
+    """The one-line error for a storage fault, or None if `exc` is not one."""
+    kind = fault_kind(exc)
+    if kind is None:
+        return None
+    resume = f"it resumes from step {last_step}" if last_step is not None else "it starts afresh"
+    return KjaxError(f"{doing} {fault_path(exc, default_path)} failed: {_REASON[kind]}; "
+                     f"{last_step_text(last_step)}. {_FIX[kind]}, "
+                     f"then run the same command: {resume}")
+
+
+def listed_last_step(checkpoints: str) -> int | None:
+    """The highest step folder in CHECKPOINTS (for messages; unverified), or None."""
+    from etils import epath
+    try:
+        steps = [int(p.name) for p in epath.Path(checkpoints).iterdir() if p.name.isdigit()]
+    except Exception:  # noqa: BLE001 - missing or unreadable: no step to name
+        return None
+    return max(steps) if steps else None
+
+
+def check_writable(directory: str, last_step: int | None = None) -> None:
+    """Creates `directory` if needed and writes (then removes) a probe file in it,
+    so a read-only or full workdir is reported before anything compiles."""
+    from etils import epath
+    path = epath.Path(directory)
+    probe = path / f".kjax-write-probe-{os.getpid()}"
+    try:
+        if path.exists() and not path.is_dir():
+            raise KjaxError(f"--workdir {directory} is a file, not a directory; pass a "
+                            f"directory (it is created if missing)")
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_text("kjax")
+        probe.unlink()
+    except KjaxError:
+        raise
+    except Exception as e:  # noqa: BLE001 - classified below, else re-raised
+        error = fault_error(e, str(probe), last_step)
+        if error is None:
+            raise
+        raise error from None
+
+
+class _OrbaxRecords(logging.Filter):
+    """Remembers the last exception orbax logged (its background threads log
+    a failed write and carry on, so a final save can fail without raising),
+    and, once `quiet`, keeps orbax's records off stderr."""
+
+    def __init__(self):
+        super().__init__()
+        self.quiet, self.last_error = False, None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "/orbax/" not in record.pathname.replace(os.sep, "/"):
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            self.last_error = record.exc_info[1]
+        return not self.quiet
+
+
+_ORBAX = _OrbaxRecords()
+
+
+def _absl_logger() -> logging.Logger:
+    import absl.logging  # noqa: F401 - first, so "absl" is absl's logger and records name their caller
+    logger = logging.getLogger("absl")
+    if _ORBAX not in logger.filters:
+        logger.addFilter(_ORBAX)
+    return logger
+
+
+def take_orbax_error() -> BaseException | None:
+    """The last exception orbax logged since the previous call (then forgotten)."""
+    error, _ORBAX.last_error = _ORBAX.last_error, None
+    return error
+
+
+def watch_orbax() -> None:
+    """Starts remembering orbax's logged exceptions (Checkpointer does this)."""
+    _absl_logger()
+
+
+def quiet_library_logs() -> None:
+    """Drops orbax's log records from stderr (the CLI calls this)."""
+    _absl_logger()
+    _ORBAX.quiet = not os.environ.get("KJAX_DEBUG")
