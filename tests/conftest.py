@@ -43,7 +43,7 @@ def tiny_config(tmp, **extra):
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """Tokenizer + examples on the demo corpus, built once per test session."""
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     tmp = tmp_path_factory.mktemp("prepared")
     config = tiny_config(tmp)

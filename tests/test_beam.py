@@ -7,8 +7,9 @@ import pytest
 
 from conftest import DEMO_CONFIG
 from kjax.cli import main
-from kjax.examples import beam_prepare, records
-from kjax.examples.prepare import prepare
+from kjax.examples import records
+from kjax.pretrain import beam_prepare
+from kjax.pretrain.prepare import prepare
 from kjax.text.corpus import resolve_corpus
 from pipeline_helpers import scheme_config, with_overrides, write_corpus
 

@@ -76,7 +76,7 @@ def test_vocab_size_that_disagrees_with_the_tokenizer(prepared):
 
 
 def test_train_on_data_prepared_for_another_config(prepared, tmp_path):
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     config = tiny_config(prepared, **{"data.max_seq_len": 32})
     with pytest.raises(KjaxError, match="prepared with max_seq_len=64"):
         train(config, str(tmp_path / "w"), progress=False)
@@ -97,7 +97,7 @@ def test_missing_tokenizer_and_corpus(tmp_path, capsys):
 
 
 def test_prepare_resumes_and_refuses_mixed_shards(prepared, tmp_path):
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     config = tiny_config(prepared)
     again = prepare(config, progress=False)  # every chunk was finished before
     assert again["chunks_reused"] == again["chunks"] > 0 and again["train_examples"] > 0
@@ -107,7 +107,7 @@ def test_prepare_resumes_and_refuses_mixed_shards(prepared, tmp_path):
 
 
 def test_prepare_output_does_not_depend_on_workers(prepared, tmp_path):
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     outs = []
     for workers in (1, 2):
         config = tiny_config(prepared, **{"data.dir": f"{tmp_path}/w{workers}",

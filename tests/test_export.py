@@ -326,7 +326,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
 
 # ---- the command line: train → export → transformers → import ----------------------------
 def test_cli_export_and_import_round_trip(prepared, tmp_path):
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     overrides = tiny_overrides(str(prepared))
     config = tiny_config(prepared)
     workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")

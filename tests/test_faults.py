@@ -27,7 +27,7 @@ from kjax.checkpoint.recovery import DAMAGED_DIR, restore_newest, restore_step
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.train.metrics import read_metrics
-from kjax.train.trainer import train
+from kjax.pretrain.trainer import train
 
 
 def damaged_copy(trained, tmp_path, damage) -> str:

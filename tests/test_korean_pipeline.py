@@ -13,7 +13,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 from conftest import DEMO_CONFIG
 from kjax.cli import main
 from kjax.examples import records
-from kjax.examples.prepare import prepare
+from kjax.pretrain.prepare import prepare
 from kjax.morph import KoreanAnalyzer
 from kjax.tokens.sentencepiece import UNK
 from kjax.tokens.stats import measure

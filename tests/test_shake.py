@@ -171,10 +171,10 @@ def test_shaking_pretraining_end_to_end(tmp_path):
     B and position ids, and a short run trains."""
     from conftest import tiny_config
     from kjax.batches.loader import train_dataset
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     from kjax.train.metrics import read_metrics
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp", "model.shake_factor": 0.3,
                                       "shake.variant": "pos", "shake.boost_prem": 2.0,
                                       "model.input_mode": "shared_position",

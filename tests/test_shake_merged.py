@@ -136,10 +136,10 @@ def test_merged_mode_needs_morph_sp_and_a_multi_target_loss(tmp_path):
 def test_merged_pretraining_end_to_end(tmp_path):
     from conftest import tiny_config
     from kjax.batches.loader import train_dataset
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     from kjax.train.metrics import read_metrics
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp",
                                       "model.input_mode": "merged", "train.mlm_loss": "eq9",
                                       "train.num_steps": 8})

@@ -123,7 +123,7 @@ def tiny_tfds(tmp_path_factory):
 
 def test_prepare_reads_a_real_tfds_dataset(tiny_tfds, prepared, tmp_path):
     from conftest import tiny_config
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     data_dir, lines = tiny_tfds
     docs = list(iter_documents(resolve_corpus("tfds:kjax_tiny_wiki/ko:train", data_dir)))
     # titles and headings gone; tfds stores examples in its own (hashed, fixed) order

@@ -177,7 +177,7 @@ DATA = {
     "tfds_data_dir": Key("", "where a tfds: corpus was prepared (\"\": tfds' default)"),
     "document_per_file": Key(False, "each file is one document (blank lines ignored)"),
     "dir": Key("runs/data", "prepared ArrayRecord shards"),
-    "max_seq_len": at_least(8, 128, "tokens per example"),
+    "max_seq_len": at_least(5, 128, "tokens per example ([CLS] A [SEP] B [SEP] needs 5)"),
     "max_predictions_per_seq": at_least(1, 20, "MLM prediction slots per example"),
     "masked_lm_prob": Key(0.15, "share of units masked", min=0, max=1, open_min=True,
                           open_max=True),

@@ -40,6 +40,7 @@ POSITION_KEYS = ("input_ids", "word_ids", "morph_ids", "tags", "token_type_ids")
 class InputMode:
     name = ""
     embedding = "tokens"                 # kjax.model.encoder.EMBEDDINGS
+    positions_are_tokens = True          # False: a position sums several tokens
     schemes: tuple = TOKENIZER_SCHEMES   # tokenizer.scheme values it works with
     why_schemes = ""                     # ... and why, for the error
     mlm_losses: tuple = ("ce",)          # train.mlm_loss values (kjax/objectives/mlm.py)

@@ -96,6 +96,7 @@ class SegmentMode(InputMode):
     id per position; the loader finds the positions on the *unmasked* example
     first, then masks whole positions ("merge first, then mask", issue 15)."""
     embedding = "segment_sum"
+    positions_are_tokens = False
     # A position has several target tokens: a multi-target MLM loss (METHODS §2.4).
     mlm_losses = ("eq9", "bce", "summed_ce")
     completes_stored_masks = False   # extend masks stored by `prepare` to whole positions
