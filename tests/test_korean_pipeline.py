@@ -195,7 +195,7 @@ def overrides_of(config) -> list[str]:
     for key in keys:
         section, name = key.split(".")
         value = config[section][name]
-        out.append(f"--config.{key}={value!r}" if isinstance(value, str) else
+        out.append(f"--config.{key}={value}" if isinstance(value, str) else
                    f"--config.{key}={value}")
     return out
 

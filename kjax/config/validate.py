@@ -28,6 +28,10 @@ def check_values(config, schema: dict = SCHEMA, prefix: str = "") -> None:
                             f"{node.allowed()}")
         elif isinstance(value, float) and not math.isfinite(value):
             raise KjaxError(f"{full}={value!r}: give a finite number ({node.allowed()})")
+        elif node.choices and value not in node.choices:
+            *rest, last = map(str, node.choices)
+            raise KjaxError(f"{full}={value!r}; choose {', '.join(rest)} or {last} "
+                            f"({node.meaning})")
         elif node.kind not in (tuple, dict) and not node.accepts(value):
             raise KjaxError(f"{full}={value!r} is not allowed; give a {node.allowed()} "
                             f"({node.meaning})")

@@ -10,8 +10,8 @@ module and one line below (docs/ARCHITECTURE.md).
     verb       /
 
 `check_config` is the whole static check of a config: the config's own
-(kjax.config.validate), then the input mode's, shaking's float8 weights,
-and every objective's — all before anything is compiled.
+(kjax.config.validate), then every objective's, the input mode's and
+shaking's float8 weights — all before anything is compiled.
 """
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def check_config(config) -> None:
     """Every static check of `config`, each failure one line (KjaxError)."""
     validate(config)
     mode = input_mode(config)
+    for objective in OBJECTIVES:   # (an unknown loss name before what the mode allows)
+        objective.check(config, mode)
     mode.check(config)
     check_weights(config.shake)   # B is float8: a weight it would round is refused
-    for objective in OBJECTIVES:
-        objective.check(config, mode)
 
 
 def enabled(config) -> tuple[Objective, ...]:

@@ -1,0 +1,158 @@
+"""The input-mode registry (kjax/inputs): every mode keeps the same contract
+(loader arrays → model inputs → objectives), and the consumers that used to
+forget modes now ask them: fine-tuning runs a shared-position model with its
+shared positions, export refuses what transformers cannot run instead of
+writing a plain BERT, and analysis runs a merged model on merged positions."""
+import jax
+import flax.linen as nn
+import numpy as np
+import pytest
+
+from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
+from kjax import objectives
+from kjax.cli import main
+from kjax.errors import KjaxError
+from kjax.examples.pairs import assemble
+from kjax.inputs import MODES, input_mode
+from kjax.train.state import dummy_inputs, make_model
+
+TEXT = "나는 학교에서 밥을 먹었다"
+SEGMENT_LOSS = {"train.mlm_loss": "eq9"}
+
+
+@pytest.fixture(scope="module")
+def morph_sp(tmp_path_factory):
+    """A trained morph-sp vocabulary (POS tags: every mode but multihot runs on it)."""
+    from kjax.tokens.factory import load_tokenizer, train_tokenizer
+    tmp = tmp_path_factory.mktemp("inputs")
+    config = tiny_config(tmp, **{"tokenizer.scheme": "morph-sp"})
+    train_tokenizer(config)
+    return tmp, load_tokenizer(config)
+
+
+def mode_config(tmp, mode: str, **extra):
+    losses = SEGMENT_LOSS if "ce" not in MODES[mode].mlm_losses else {}
+    return tiny_config(tmp, **{"tokenizer.scheme": "morph-sp", "model.input_mode": mode,
+                               "data.mask_unit": "morpheme", **losses, **extra})
+
+
+def example(tokenizer) -> dict:
+    """TEXT / "밥을 먹었다" as a prepared record (A [SEP] B), unmasked."""
+    a, b = tokenizer.encode(TEXT), tokenizer.encode("밥을 먹었다")
+    return {**assemble(a, b, 0, (0, 0)), "nsp_label": np.int32(0)}
+
+
+@pytest.mark.parametrize("name", [m for m in MODES if "morph-sp" in MODES[m].schemes])
+def test_every_mode_feeds_the_model_and_the_objectives(morph_sp, name):
+    """What a new mode gets checked for free: its loader arrays, its model
+    inputs and its init inputs fit together and give a finite loss."""
+    tmp, tokenizer = morph_sp
+    config = mode_config(tmp, name)
+    mode = input_mode(config)
+    rows = [mode.to_model_inputs(example(tokenizer), config, np.random.default_rng(seed), True,
+                                 {}, False) for seed in (0, 1)]
+    batch = {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    kwargs = {**mode.model_inputs(batch), **objectives.model_inputs(batch)}
+    args, init_kwargs = dummy_inputs(config, 2)
+    assert set(init_kwargs) - {"knowledge_positions"} <= set(kwargs)   # init sees what runs
+    model = make_model(config, deterministic=True)
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), *args,
+                                               **init_kwargs)["params"])
+    out = model.apply({"params": params}, **kwargs)
+    loss, metrics = objectives.pretraining_loss(out, batch, config)
+    assert np.isfinite(float(loss)) and {"mlm_loss", "nsp_loss"} <= set(metrics)
+    positions, groups = mode.positions(example(tokenizer))
+    assert len(groups) == len(positions["input_ids"]) <= len(example(tokenizer)["input_ids"])
+
+
+def pair_files(tmp):
+    import json
+    rows = [{"text": f"철수가 {i}번 학교에서 밥을 먹었다", "text_b": "영희는 집에 갔다",
+             "label": "ab"[i % 2]} for i in range(16)]
+    path = tmp / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                    encoding="utf-8")
+    return str(path)
+
+
+def test_shared_position_fine_tuning_uses_the_shared_positions(morph_sp, tmp_path):
+    """Issue 13: fine-tuning ran a shared-position model with positions 0..s-1."""
+    from kjax.finetune.experiment import finetune_settings, make_tuner
+    from kjax.finetune.features import make_batch
+    from kjax.finetune.heads import model_inputs
+    from kjax.finetune.run import run_one
+    tmp, tokenizer = morph_sp
+    config = mode_config(tmp, "shared_position")
+    ft = finetune_settings(["finetune.max_seq_len=32", "finetune.batch_size=16",
+                            "finetune.epochs=1", "finetune.split=(0.5,0.5)"])
+    tuner = make_tuner(config, ft, "pair", pair_files(tmp_path), init="none",
+                       tokenizer=tokenizer)
+    feats = tuner.data.features["train"]
+    batch = make_batch(feats, np.arange(len(feats)))
+    ids, plain = batch["position_ids"], np.arange(32)
+    assert (ids != plain).any(axis=1).all()            # every row has a postposition
+    row = feats.input_ids[0].tolist()
+    ga = row.index(tokenizer.token_to_id("가"))         # 철수/가: 가 takes 철수's position
+    assert ids[0, ga] == ga - 1 and (ids[0, :ga] == plain[:ga]).all()
+    model = tuner.model(0.0, True)
+    params = tuner.init_state(0)["params"]
+    shared = model.apply({"params": params}, **model_inputs(batch))
+    unshared = model.apply({"params": params}, **model_inputs(
+        {k: v for k, v in batch.items() if k != "position_ids"}))
+    change = np.abs(np.asarray(shared) - np.asarray(unshared)).max() / np.abs(shared).max()
+    assert change > 1e-3, change                       # the ids reach the model
+    result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
+    assert result["steps"] == 1 and "dev" in result["results"]["+0"]
+
+
+@pytest.mark.parametrize("name", ["multihot", "merged"])
+def test_fine_tuning_refuses_what_it_cannot_run_in_one_line(morph_sp, tmp_path, name):
+    from kjax.finetune.experiment import finetune_settings, make_tuner
+    tmp, _ = morph_sp
+    config = mode_config(tmp, name, **({"tokenizer.scheme": "multihot"}
+                                       if name == "multihot" else {}))
+    with pytest.raises(KjaxError, match=rf"model.input_mode='{name}': `kjax finetune` cannot "
+                                        rf"run this input mode yet") as error:
+        make_tuner(config, finetune_settings(), "pair", str(tmp_path / "not-read.jsonl"))
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["merged", "shared_position"])
+def test_export_refuses_a_mode_transformers_would_run_wrongly(morph_sp, tmp_path, capsys,
+                                                             name):
+    """Issue 13: a merged model was written as a plain BERT and its self-check
+    passed (it compared BERT with BERT)."""
+    tmp, _ = morph_sp
+    extra = {"tokenizer.scheme": "morph-sp", "model.input_mode": name,
+             "data.mask_unit": "morpheme",
+             **(SEGMENT_LOSS if "ce" not in MODES[name].mlm_losses else {})}
+    out = tmp_path / "hf"
+    assert main(["export", "--config", DEMO_CONFIG, "--workdir", str(tmp_path / "w"), "--out",
+                 str(out), *tiny_overrides(str(tmp), **extra)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"model.input_mode='{name}': `kjax export` cannot write" in err
+    assert not out.exists()
+
+
+def test_analysis_runs_a_merged_model_on_merged_positions(morph_sp):
+    """Issue 13: `kjax analyze` fed a merged model one token per position."""
+    from kjax.analysis.inputs import encode_text, model_batch
+    from kjax.analysis.report import analysis_step
+    tmp, tokenizer = morph_sp
+    config = mode_config(tmp, "merged")
+    item = encode_text(tokenizer, TEXT, 64, input_mode(config))
+    tokens = encode_text(tokenizer, TEXT, 64)
+    assert item.length == tokens.length - 3 and "학교에서" in item.labels   # 는 에서 을 joined
+    batch = model_batch([item], 0, 16, config, shaken=False)
+    owner = batch["multihot"]["token_position"][0]
+    assert owner.max() == item.length - 1 and (np.bincount(owner[owner >= 0]) > 1).sum() == 3
+    model = make_model(config, deterministic=True)
+    args, kwargs = dummy_inputs(config)
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), *args, **kwargs)["params"])
+    out = jax.device_get(analysis_step(config, (0.0, 0.0))(params, batch))
+    alpha = out["alpha"][:, 0]                        # [layers, heads, q, k]
+    np.testing.assert_allclose(alpha[..., :item.length, :item.length].sum(-1), 1, rtol=1e-5)
+    shared = mode_config(tmp, "shared_position")
+    item = encode_text(tokenizer, TEXT, 64, input_mode(shared))
+    ids = model_batch([item], 0, 16, shared, shaken=False)["position_ids"][0]
+    assert (ids[:item.length] != np.arange(item.length)).sum() == 3   # 는 에서 을
