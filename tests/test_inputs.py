@@ -156,3 +156,36 @@ def test_analysis_runs_a_merged_model_on_merged_positions(morph_sp):
     item = encode_text(tokenizer, TEXT, 64, input_mode(shared))
     ids = model_batch([item], 0, 16, shared, shaken=False)["position_ids"][0]
     assert (ids[:item.length] != np.arange(item.length)).sum() == 3   # 는 에서 을
+
+
+def eojeol_mode():
+    """docs/ARCHITECTURE.md's worked example of a new input mode (kept here so
+    the page stays true): one position per eojeol, its input the sum of its
+    tokens' embeddings."""
+    from kjax.inputs.segments import SegmentMode
+
+    class EojeolMode(SegmentMode):
+        name = "eojeol"
+        embedding = "segment_sum"               # a path the model already has
+        schemes = ("sentencepiece", "morph-sp", "multihot")   # all give eojeol ids
+        export_format = None                    # transformers cannot sum positions: refused
+        finetune_supported = False              # refused until labels follow eojeol positions
+
+        def units(self, example: dict) -> dict:
+            n = len(example["input_ids"])
+            return {**example, "morph_ids": np.asarray(example["word_ids"])[:n],
+                    "inpos": np.zeros(n, np.int32)}
+    return EojeolMode()
+
+
+def test_the_worked_example_of_a_new_input_mode_runs(morph_sp, monkeypatch):
+    tmp, tokenizer = morph_sp
+    monkeypatch.setitem(MODES, "eojeol", eojeol_mode())     # its registration line
+    config = mode_config(tmp, "eojeol", **{"data.mask_unit": "eojeol"})
+    objectives.check_config(config)
+    test_every_mode_feeds_the_model_and_the_objectives(morph_sp, "eojeol")
+    ex = example(tokenizer)
+    positions, groups = MODES["eojeol"].positions(ex)
+    assert len(groups) == 9          # [CLS] 나는 학교에서 밥을 먹었다 [SEP] 밥을 먹었다 [SEP]
+    with pytest.raises(KjaxError, match="cannot write this input mode"):
+        MODES["eojeol"].export_check(config)
