@@ -189,3 +189,42 @@ def test_the_worked_example_of_a_new_input_mode_runs(morph_sp, monkeypatch):
     assert len(groups) == 9          # [CLS] 나는 학교에서 밥을 먹었다 [SEP] 밥을 먹었다 [SEP]
     with pytest.raises(KjaxError, match="cannot write this input mode"):
         MODES["eojeol"].export_check(config)
+
+
+@pytest.mark.parametrize("mode", ["onehot", "multihot"])
+def test_the_objective_registry_is_bit_identical_to_the_hand_composition(tmp_path, mode):
+    """The steps sum kjax/objectives; the loss and every metric equal the
+    explicit MLM + w·NSP + Σ w·knowledge of kjax.losses.pretraining, bit for bit."""
+    import jax.numpy as jnp
+    from kjax.config import defaults
+    from kjax.losses.pretraining import pretraining_loss
+    rng = np.random.default_rng(3)
+    b, p, v, k, s, n = 2, 3, 11, 4, 6, 2
+    config = defaults()
+    config.train.nsp_weight = 0.3
+    outputs = {"mlm_logits": rng.normal(size=(b, p, v)), "nsp_logits": rng.normal(size=(b, 2))}
+    batch = {"mlm_weights": np.asarray([[1, 1, 0], [1, 0, 0]], np.float32),
+             "nsp_labels": np.asarray([0, 1]), "nsp_weights": np.ones(b, np.float32)}
+    if mode == "onehot":
+        batch["mlm_ids"] = rng.integers(0, v, (b, p))
+        weights = {"hypernym": 0.0, "sense": 0.0, "verb": 0.0}
+    else:
+        config.model.input_mode, config.train.mlm_loss = "multihot", "eq9"
+        weights = {"hypernym": 0.5, "sense": 2.0, "verb": 0.25}
+        config.knowledge.update(hypernym_weight=0.5, sense_weight=2.0, verb_weight=0.25)
+        outputs.update(hyp_logits=rng.normal(size=(b, n, v)), sense_pred=rng.normal(size=(b, n, 3)),
+                       verb_logits=rng.normal(size=(b, s, s)))
+        batch.update(mlm_target_ids=rng.integers(0, v, (b, p, k)),
+                     mlm_target_mask=rng.random((b, p, k)) < 0.6,
+                     hyp_targets=rng.integers(0, v, (b, n, k)), hyp_target_mask=np.ones((b, n, k), bool),
+                     hyp_mask=np.ones((b, n), bool), sense_vectors=rng.normal(size=(b, n, 3)),
+                     sense_mask=np.asarray([[1, 0], [1, 1]], bool),
+                     verb_targets=np.where(rng.random((b, s)) < 0.5, rng.integers(0, s, (b, s)), -1))
+    outputs = {key: jnp.asarray(x, jnp.float32) for key, x in outputs.items()}
+    batch = {key: jnp.asarray(x) for key, x in batch.items()}
+    loss, metrics = objectives.pretraining_loss(outputs, batch, config)
+    want_loss, want = pretraining_loss(outputs, batch, 0.3, config.train.mlm_loss, weights)
+    assert list(metrics) == list(want)
+    for key in want:
+        np.testing.assert_array_equal(np.asarray(metrics[key]), np.asarray(want[key]), key)
+    np.testing.assert_array_equal(np.asarray(loss), np.asarray(want_loss))
