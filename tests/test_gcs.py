@@ -136,11 +136,15 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
     record_config(trained, work)
     assert load_config(f"{work}/kjax_config.py").to_dict() == trained.to_dict()
+    from kjax.run_config import flush_notes
     again = load_run_config(DEMO_CONFIG, ["--config.train.num_steps=700"], work)
+    assert capsys.readouterr().err == ""   # held until the run's checkpoint restores
+    flush_notes()
     err = capsys.readouterr().err
     assert "model.hidden_size: 128 → 64" not in err and "model.hidden_size: 64 → 128" in err
     assert "train.num_steps: 300 → 700" in err and again.model.hidden_size == 128
     assert load_run_config(None, [], work).model.hidden_size == 64
+    flush_notes()
     assert "using the config recorded in" in capsys.readouterr().err
     assert main(["eval", "--workdir", f"{gs_root}/empty"]) == 2
     err = capsys.readouterr().err.strip()
