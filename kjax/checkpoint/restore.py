@@ -12,6 +12,7 @@ from kjax import paths
 from kjax.checkpoint.manager import Checkpointer, ConfigMismatch
 from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
+from kjax.config.recorded import flush_notes
 from kjax.parallel.mesh import make_mesh
 from kjax.train.state import abstract_state, make_model, make_optimizer
 
@@ -29,10 +30,12 @@ def restore_read_only(directory: str, target, step: int | None = None,
     try:
         if step is not None:
             state, iterator = restore_step(checkpoints, target, step, what)
-            return state, iterator, step
-        found = restore_newest(checkpoints, target, move_damaged=False)
+            found = state, iterator, step
+        else:
+            found = restore_newest(checkpoints, target, move_damaged=False)
         if found is None:
             raise KjaxError(f"no checkpoint steps in {directory}; {hint}")
+        flush_notes()   # the config fits the checkpoint: its notes are news, not the cause
         return found
     finally:
         checkpoints.abandon()

@@ -101,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     from kjax.checkpoint import quiet, storage
     quiet.install()
     storage.quiet_library_logs()
+    from kjax.config.recorded import flush_notes, take_notes
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        code = run(sys.argv[1:] if argv is None else argv)
+        flush_notes()
+        return code
     except KjaxError as e:
+        notes = take_notes()   # e.g. "this config differs from the recorded one": the likely cause
         message = " ".join(str(e).split())  # one line, whatever the message held
+        if notes:
+            message += " (note: " + " ".join("; ".join(notes).split()) + ")"
         print(f"kjax: error: {message}", file=sys.stderr, flush=True)
         quiet.reported()
         return 2

@@ -64,8 +64,26 @@ def _summary(diffs: list[str]) -> str:
     return "; ".join(diffs[:MAX_SHOWN]) + more
 
 
+_pending: list[str] = []
+
+
 def note(message: str) -> None:
-    print(f"kjax: note: {message}", file=sys.stderr, flush=True)
+    """A note about the config a verb runs with. Held back until the run's
+    checkpoint has restored (`flush_notes`): if the verb fails before that,
+    the CLI folds the notes into its one error line instead (`take_notes`), so
+    a user error stays one line on stderr."""
+    _pending.append(message)
+
+
+def flush_notes() -> None:
+    for message in take_notes():
+        print(f"kjax: note: {message}", file=sys.stderr, flush=True)
+
+
+def take_notes() -> list[str]:
+    held = list(_pending)
+    _pending.clear()
+    return held
 
 
 def record_config(config: ConfigDict, workdir: str) -> str:
