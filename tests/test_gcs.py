@@ -150,12 +150,11 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     """eval/export/... name the keys in which --config differs from the run's
     recorded config; without --config and without a record: a one-line error."""
     from kjax.config import load_config
-    from kjax.config.recorded import load_run_config, record_config
+    from kjax.config.recorded import flush_notes, load_run_config, record_config
     work = f"{gs_root}/run"
     trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
     record_config(trained, work)
     assert load_config(f"{work}/kjax_config.py").to_dict() == trained.to_dict()
-    from kjax.config.recorded import flush_notes
     again = load_run_config(DEMO_CONFIG, ["--config.train.num_steps=700"], work)
     assert capsys.readouterr().err == ""   # held until the run's checkpoint restores
     flush_notes()
