@@ -55,7 +55,8 @@ def synthetic_batch(config, rng: np.random.Generator) -> dict:
            "mlm_ids": ids(b, p), "mlm_weights": np.ones((b, p), np.float32),
            "nsp_labels": rng.integers(0, 2, b).astype(np.int32),
            "nsp_weights": np.ones(b, np.float32)}
-    if m.input_mode != "onehot":  # one token per morpheme (the multi-hot worst case is wider B)
+    from kjax.inputs import input_mode
+    if not input_mode(config).positions_are_tokens:  # one token per position: the widest B
         t = d.max_targets_per_position
         out.pop("mlm_ids")
         out.update(token_ids=ids(b, s), token_position=np.arange(s, dtype=np.int32)[None].repeat(b, 0),
@@ -120,9 +121,8 @@ def lower_train_step(config):
     """The kjax train step for `config`, traced and lowered against abstract
     state and batch (nothing allocated, nothing run): `.compile()` it for
     compile time or `memory_analysis()`."""
-    import flax.linen as nn
     import jax
-    from kjax.parallel.mesh import LOGICAL_RULES, batch_sharding, make_mesh
+    from kjax.parallel.mesh import batch_sharding, make_mesh, on_mesh
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_train_step
     mesh = make_mesh(config)
@@ -132,7 +132,7 @@ def lower_train_step(config):
     sharding = batch_sharding(mesh)
     batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=sharding)
              for k, v in synthetic_batch(config, np.random.default_rng(0)).items()}
-    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+    with on_mesh(mesh, config):
         return step.jitted.lower(state, batch)
 
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from klue_text import klue_sentences, write_corpus  # noqa: E402
 
 from kjax.config import apply_override, load_config  # noqa: E402
-from kjax.examples.prepare import prepare  # noqa: E402
+from kjax.pretrain.prepare import prepare  # noqa: E402
 from kjax.morph import KoreanAnalyzer  # noqa: E402
 from kjax.tokens.factory import open_tokenizer, train_tokenizer  # noqa: E402
 

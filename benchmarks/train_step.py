@@ -65,10 +65,8 @@ def variants(args) -> list[tuple[str, list[str]]]:
 
 class Variant:
     def __init__(self, config):
-        import flax.linen as nn
-        import jax
         import numpy as np
-        from kjax.parallel.mesh import LOGICAL_RULES, make_mesh, put_batch
+        from kjax.parallel.mesh import make_mesh, on_mesh, put_batch
         from kjax.train.state import init_state, make_model, make_optimizer
         from kjax.train.step import make_train_step
         self.config = config
@@ -78,7 +76,7 @@ class Variant:
         step = make_train_step(config, mesh, model, tx, shardings)
         self.batch = put_batch(_common.synthetic_batch(config, np.random.default_rng(0)), mesh)
         start = time.perf_counter()
-        with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+        with on_mesh(mesh, config):
             self.step = step.jitted.lower(self.state, self.batch).compile()
         self.compile_s = time.perf_counter() - start
         self.peak_bytes = _common.peak_bytes(self.step)

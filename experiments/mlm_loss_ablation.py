@@ -51,9 +51,9 @@ def main(argv=None) -> int:
     p.add_argument("--losses", default=",".join(LOSSES))
     p.add_argument("--out", default="runs/experiments/mlm_loss")
     args = p.parse_args(argv)
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import open_tokenizer, train_tokenizer
-    from kjax.train.trainer import evaluate, train
+    from kjax.pretrain.trainer import evaluate, train
     seeds = [int(s) for s in args.seeds.split(",")]
     losses = args.losses.split(",")
     base = config_for(args.out, args.corpus, args.steps, 0, "eq9", None)

@@ -1,4 +1,26 @@
-"""kjax: pretraining Korean BERT-family encoders with JAX/Flax."""
+"""kjax: pretraining Korean BERT-family encoders with JAX/Flax.
+
+Folders follow the data's path; a module imports only its own layer or lower
+ones (tests/test_architecture.py enforces it; docs/ARCHITECTURE.md explains):
+
+     0 base        errors, paths (the file layer), config (tree, schema, checks, loading)
+     1 text        corpus reading
+     2 morph       Kiwi morphemes
+     3 tokens      tokenizers, tokenizer statistics
+     4 knowledge   lexical resources, knowledge targets, coverage
+     5 shake       B of Eq. 1, shared and merged positions
+     6 examples    NSP pairs, masking, ArrayRecord shards
+     7 inputs      the input-mode registry (one module per mode)
+     8 batches     the grain loader
+     9 model       the encoder and its heads
+    10 objectives  loss numerics (losses/) and the objective registry (objectives/)
+    11 parallel    mesh, logical-axis rules
+    12 train       optimizer, state, pure steps, metrics
+    13 checkpoint  orbax, verification, fallback
+    14 pretrain    `kjax prepare` and the train/eval loop
+    15 tools       finetune, export, analysis (siblings apart)
+    16 cli         every verb
+"""
 import os as _os
 import sys as _sys
 

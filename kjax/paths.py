@@ -3,13 +3,17 @@ stores (`gs://`, `s3://`, `memory://`, any fsspec URL) behind the same small
 set of functions, so no stage ever calls `open`/`os.path`/`glob` on a path a
 user gave.
 
-- Local paths go to the standard library (atomic writes by rename).
-- URLs go to fsspec (gs:// through gcsfs and Application Default
-  Credentials). One object PUT is atomic, so remote writes need no rename.
-  Listings are never cached: another host may have written since.
+- Every operation goes through fsspec: its LocalFileSystem for local paths,
+  gcsfs (Application Default Credentials) for gs://, and so on. Listings are
+  never cached: another host may have written since.
+- Whole-file writes are never seen half done: locally a temporary name in the
+  same folder is moved into place (one rename); remotely one object PUT is
+  atomic by itself.
 - Tools that only take local files (sentencepiece, ArrayRecord, safetensors,
   matplotlib) work on `local_copy` / `cached_copy` / `staged_dir`, which
   download to, or upload from, a local temporary folder.
+- Local results keep the form the user gave (a relative glob lists relative
+  paths), so messages name files as the user wrote them.
 
 This module sits at the bottom of kjax: it imports no other kjax stage.
 orbax writes checkpoints through etils.epath; kjax/__init__.py makes epath use
@@ -23,7 +27,6 @@ import glob as _glob
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from typing import Iterator
 
@@ -37,17 +40,20 @@ def is_remote(path) -> bool:
 
 
 def _fs(path: str):
-    """(fsspec filesystem, path without protocol) of a URL."""
+    """(fsspec filesystem, its path without protocol) for a local path or a URL."""
     import fsspec
     try:
-        return fsspec.core.url_to_fs(path, use_listings_cache=False)
+        return fsspec.core.url_to_fs(local(path), use_listings_cache=False)
     except (ImportError, ValueError) as e:
         raise KjaxError(f"{path}: cannot open this URL ({e}); gs:// needs gcsfs "
                         f"(pip install gcsfs)") from None
 
 
-def _url(fs, bare: str) -> str:
-    return fs.unstrip_protocol(bare)
+def _shown(fs, found: str, given: str) -> str:
+    """A path fsspec returned, in the form of the one the user gave."""
+    if is_remote(given):
+        return fs.unstrip_protocol(found)
+    return found if os.path.isabs(local(given)) else os.path.relpath(found)
 
 
 def local(path: str) -> str:
@@ -73,73 +79,65 @@ def name(path: str) -> str:
 
 
 def exists(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.exists(local(path))
+    if not path:   # "" is no path (fsspec would read it as the current folder)
+        return False
     fs, bare = _fs(path)
     return fs.exists(bare)
 
 
 def isfile(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.isfile(local(path))
+    if not path:
+        return False
     fs, bare = _fs(path)
     return fs.isfile(bare)
 
 
 def isdir(path: str) -> bool:
     """A folder; on an object store, a prefix that holds objects."""
-    if not is_remote(path):
-        return os.path.isdir(local(path))
+    if not path:
+        return False
     fs, bare = _fs(path)
     return fs.isdir(bare)
 
 
 def listdir(path: str) -> list[str]:
     """Names (not paths) in a folder, sorted; [] when it does not exist."""
-    if not is_remote(path):
-        return sorted(os.listdir(local(path))) if os.path.isdir(local(path)) else []
-    fs, bare = _fs(path)
-    if not fs.isdir(bare):
+    if not isdir(path):
         return []
+    fs, bare = _fs(path)
     return sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(bare, detail=False)} - {""})
 
 
 def size(path: str) -> int:
-    if not is_remote(path):
-        return os.path.getsize(local(path))
     fs, bare = _fs(path)
     return int(fs.size(bare))
 
 
 def glob(pattern: str) -> list[tuple[str, int]]:
     """(path, size) of the files a pattern (`*`, `?`, `[..]`) names, sorted by path."""
-    if not is_remote(pattern):
-        return [(f, os.path.getsize(f)) for f in sorted(_glob.glob(local(pattern)))
-                if os.path.isfile(f)]
     fs, bare = _fs(pattern)
     found = fs.glob(bare, detail=True) if _glob.has_magic(bare) else \
         ({bare: fs.info(bare)} if fs.exists(bare) else {})
-    return sorted((_url(fs, p), int(info.get("size") or 0)) for p, info in found.items()
-                  if info.get("type") != "directory")
+    return sorted((_shown(fs, p, pattern), int(info.get("size") or 0))
+                  for p, info in found.items() if info.get("type") != "directory")
 
 
 def makedirs(path: str) -> None:
     """A folder and its parents (object stores have none to make)."""
     if not is_remote(path):
-        os.makedirs(local(path), exist_ok=True)
+        fs, bare = _fs(path)
+        fs.makedirs(bare, exist_ok=True)
 
 
 def open_file(path: str, mode: str = "rb", **kwargs):
     """A file object; remote reads stream, remote writes land at close."""
-    if not is_remote(path):
-        return open(local(path), mode, **kwargs)
     fs, bare = _fs(path)
     return fs.open(bare, mode, **kwargs)
 
 
 def read_bytes(path: str) -> bytes:
-    with open_file(path, "rb") as f:
-        return f.read()
+    fs, bare = _fs(path)
+    return fs.cat_file(bare)
 
 
 def read_text(path: str) -> str:
@@ -150,19 +148,29 @@ def read_json(path: str):
     return json.loads(read_bytes(path))
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Whole-file write that is never seen half done: a local temporary name
-    renamed into place; a single object PUT remotely."""
+@contextlib.contextmanager
+def _into_place(path: str) -> Iterator[tuple[object, str]]:
+    """(filesystem, the name to write) for a whole-file write of `path`: the
+    path itself remotely (one PUT), locally a temporary name beside it that is
+    moved into place (one rename) when the block ends without error."""
+    fs, bare = _fs(path)
     if is_remote(path):
-        fs, bare = _fs(path)
-        fs.pipe_file(bare, data)
+        yield fs, bare
         return
-    path = local(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    fs.makedirs(os.path.dirname(bare), exist_ok=True)
+    tmp = f"{bare}.tmp-{os.getpid()}"
+    try:
+        yield fs, tmp
+        fs.mv(tmp, bare)
+    finally:
+        if fs.exists(tmp):
+            fs.rm_file(tmp)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Whole-file write that is never seen half done."""
+    with _into_place(path) as (fs, target):
+        fs.pipe_file(target, data)
 
 
 def write_text(path: str, text: str) -> None:
@@ -179,38 +187,26 @@ def write_json(path: str, obj) -> None:
 
 
 def remove(path: str) -> None:
-    if not is_remote(path):
-        os.remove(local(path))
-        return
     fs, bare = _fs(path)
     fs.rm_file(bare)
 
 
 def upload(local_file: str, path: str, move: bool = False) -> None:
-    """A local file to `path` (local or remote); `move` removes the source."""
-    if not is_remote(path):
-        path = local(path)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        (shutil.move if move else shutil.copyfile)(local_file, tmp)
-        os.replace(tmp, path)
-        return
-    fs, bare = _fs(path)
-    fs.put_file(local_file, bare)
-    if move:
+    """A local file to `path` (local or remote), whole; `move` removes the source."""
+    with _into_place(path) as (fs, target):
+        if move and not is_remote(path):
+            fs.mv(local_file, target)
+        else:
+            fs.put_file(local_file, target)
+    if move and os.path.exists(local_file):
         os.remove(local_file)
 
 
 def download(path: str, local_file: str) -> None:
     """`path` to a local file, atomically (a reader never sees part of it)."""
-    os.makedirs(os.path.dirname(os.path.abspath(local_file)), exist_ok=True)
-    tmp = f"{local_file}.tmp-{os.getpid()}"
-    if is_remote(path):
-        fs, bare = _fs(path)
-        fs.get_file(bare, tmp)
-    else:
-        shutil.copyfile(local(path), tmp)
-    os.replace(tmp, local_file)
+    fs, bare = _fs(path)
+    with _into_place(local_file) as (_, target):
+        fs.get_file(bare, target)
 
 
 def copy_tree(src: str, dst: str, skip: tuple[str, ...] = ()) -> None:
@@ -230,10 +226,6 @@ def copy_tree(src: str, dst: str, skip: tuple[str, ...] = ()) -> None:
 
 def walk_files(root: str) -> list[str]:
     """Relative '/'-separated paths of the files under `root`, sorted."""
-    if not is_remote(root):
-        root = local(root)
-        return sorted(os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
-                      for d, _, files in os.walk(root) for f in files)
     fs, bare = _fs(root)
     bare = bare.rstrip("/")
     return sorted(p[len(bare) + 1:] for p in fs.find(bare) if p.startswith(bare + "/"))
@@ -273,7 +265,7 @@ def staged_dir(path: str) -> Iterator[str]:
     """A local folder to write outputs into: `path` itself when local, else a
     temporary folder uploaded to `path` when the block ends without error."""
     if not is_remote(path):
-        os.makedirs(local(path), exist_ok=True)
+        makedirs(path)
         yield local(path)
         return
     with tempfile.TemporaryDirectory(prefix="kjax-out-") as tmp:

@@ -25,8 +25,8 @@ def tiny_overrides(tmp: str, **extra) -> list[str]:
         "model.vocab_size": 600, "tokenizer.vocab_size": 600,
         "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 4,
         "model.intermediate_size": 64, "model.max_position_embeddings": 64,
-        "model.dtype": "'float32'",
-        "tokenizer.path": f"'{tmp}/tok/sp'", "data.dir": f"'{tmp}/examples'",
+        "model.dtype": "float32",
+        "tokenizer.path": f"{tmp}/tok/sp", "data.dir": f"{tmp}/examples",
         "data.max_seq_len": 64, "data.max_predictions_per_seq": 10,
         "train.batch_size": 16, "train.num_steps": 6, "train.warmup_steps": 2,
         "train.log_every": 1, "train.eval_every": 0, "train.checkpoint_every": 3,
@@ -43,7 +43,7 @@ def tiny_config(tmp, **extra):
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """Tokenizer + examples on the demo corpus, built once per test session."""
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     tmp = tmp_path_factory.mktemp("prepared")
     config = tiny_config(tmp)

@@ -14,7 +14,7 @@ from conftest import tiny_config
 from kjax.checkpoint.manager import Checkpointer
 from kjax.parallel.mesh import make_mesh
 from kjax.train.state import abstract_state, make_model, make_optimizer
-from kjax.train.trainer import train
+from kjax.pretrain.trainer import train
 
 
 

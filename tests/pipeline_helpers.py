@@ -34,11 +34,11 @@ def scheme_config(tmp, scheme: str, corpus: str, **extra):
     """A tiny config for `scheme` with its tokenizer trained on `corpus`;
     model.vocab_size is set to the trained size (multihot's is known only then)."""
     config = tiny_config(tmp, **{
-        "tokenizer.scheme": f"'{scheme}'", "tokenizer.vocab_size": VOCAB[scheme],
+        "tokenizer.scheme": f"{scheme}", "tokenizer.vocab_size": VOCAB[scheme],
         "tokenizer.min_syllable_count": 2, "model.vocab_size": VOCAB[scheme],
-        "data.corpus": f"'{corpus}'", "data.document_per_file": False,
+        "data.corpus": f"{corpus}", "data.document_per_file": False,
         "data.docs_per_chunk": 16, "data.eval_every_nth_doc": 5,
-        "data.mask_unit": "'morpheme'" if scheme == "multihot" else "'eojeol'", **extra})
+        "data.mask_unit": "morpheme" if scheme == "multihot" else "eojeol", **extra})
     train_tokenizer(config)
     apply_override(config, f"--config.model.vocab_size={open_tokenizer(config).vocab_size}")
     return config

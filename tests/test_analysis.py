@@ -170,11 +170,11 @@ def test_analyze_cli_on_a_trained_morph_sp_checkpoint(tmp_path, capsys):
     without shaking: the report and the pictures, and what shaking does."""
     from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
     from kjax.cli import main
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
-    from kjax.train.trainer import train
-    extra = {"tokenizer.scheme": "'morph-sp'", "shake.variant": "'pos'",
-             "data.mask_unit": "'morpheme'", "train.num_steps": 2, "train.checkpoint_every": 2}
+    from kjax.pretrain.trainer import train
+    extra = {"tokenizer.scheme": "morph-sp", "shake.variant": "pos",
+             "data.mask_unit": "morpheme", "train.num_steps": 2, "train.checkpoint_every": 2}
     config = tiny_config(tmp_path, **extra)
     train_tokenizer(config)
     prepare(config, progress=False)

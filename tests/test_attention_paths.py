@@ -16,7 +16,7 @@ from kjax.shake.matrix import build_shake_matrix, build_shake_pairs, pairs_to_de
 from kjax.train.state import init_state, make_model, make_optimizer
 from kjax.train.step import make_train_step
 
-SHAKEN = {"shake.variant": "'random'", "shake.p": 0.3, "model.shake_factor": 0.5,
+SHAKEN = {"shake.variant": "random", "shake.p": 0.3, "model.shake_factor": 0.5,
           "model.attention_dropout_rate": 0.0}
 
 
@@ -42,7 +42,7 @@ def first_batch(prepared, **extra):
 
 def test_loader_pairs_layout_equals_dense_b(prepared):
     """Same records, same random draws: the pairs batch stands for the dense B."""
-    dense, pairs = first_batch(prepared), first_batch(prepared, **{"shake.layout": "'pairs'"})
+    dense, pairs = first_batch(prepared), first_batch(prepared, **{"shake.layout": "pairs"})
     assert "shake" not in pairs and "shake_weight" not in dense
     b = np.asarray(dense["shake"], np.float32)
     assert b.shape == (16, 64, 64) and b.sum() > 16          # pairs were drawn
@@ -75,13 +75,13 @@ def test_train_step_loss_is_the_same_for_every_impl(prepared):
     the tensor axis (the flash kernel runs per device in a shard_map). Weights
     drawn wide enough (0.2) that Eq. 1 moves the loss far beyond the tolerance."""
     wide = {"model.initializer_range": 0.2}
-    shaken = losses(prepared, **wide, **{"model.attention_impl": "'xla'"})
-    flash = losses(prepared, **wide, **{"model.attention_impl": "'flash'",
-                                        "shake.layout": "'pairs'"})
+    shaken = losses(prepared, **wide, **{"model.attention_impl": "xla"})
+    flash = losses(prepared, **wide, **{"model.attention_impl": "flash",
+                                        "shake.layout": "pairs"})
     np.testing.assert_allclose(flash, shaken, atol=1e-5, rtol=0)
-    plain = losses(prepared, **wide, **{"model.shake_factor": 0.0, "model.attention_impl": "'xla'"})
+    plain = losses(prepared, **wide, **{"model.shake_factor": 0.0, "model.attention_impl": "xla"})
     fused = losses(prepared, **wide, **{"model.shake_factor": 0.0,
-                                        "model.attention_impl": "'dot_product'"})
+                                        "model.attention_impl": "dot_product"})
     np.testing.assert_allclose(fused, plain, atol=1e-5, rtol=0)
     assert np.abs(shaken - plain).min() > 1e-3
 
@@ -135,9 +135,9 @@ def test_flash_kernel_lowers_for_accelerators(platform):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("model.attention_impl='fast'", "model.attention_impl='fast'; choose one of"),
-    ("model.attention_impl='flash'", "has no attention dropout"),
-    ("shake.layout='sparse'", "shake.layout='sparse'; choose dense or pairs"),
+    ("model.attention_impl=fast", "model.attention_impl='fast'; choose auto, xla, dot_product or flash"),
+    ("model.attention_impl=flash", "has no attention dropout"),
+    ("shake.layout=sparse", "shake.layout='sparse'; choose dense or pairs"),
 ])
 def test_attention_config_errors_are_one_line(override, message):
     from conftest import DEMO_CONFIG

@@ -7,8 +7,9 @@ import pytest
 
 from conftest import DEMO_CONFIG
 from kjax.cli import main
-from kjax.examples import beam_prepare, records
-from kjax.examples.prepare import prepare
+from kjax.examples import records
+from kjax.pretrain import beam_prepare
+from kjax.pretrain.prepare import prepare
 from kjax.text.corpus import resolve_corpus
 from pipeline_helpers import scheme_config, with_overrides, write_corpus
 
@@ -76,11 +77,11 @@ def test_beam_resumes_from_chunk_markers(config, tmp_path):
 def test_prepare_beam_verb_and_refusal_of_mixed_shards(config, tmp_path, capsys):
     out = tmp_path / "cli"
     overrides = [f"--config.{k}={v}" for k, v in {
-        "tokenizer.scheme": repr(config.tokenizer.scheme), "tokenizer.path": config.tokenizer.path,
+        "tokenizer.scheme": config.tokenizer.scheme, "tokenizer.path": config.tokenizer.path,
         "model.vocab_size": config.model.vocab_size, "data.corpus": config.data.corpus,
         "data.dir": str(out), "data.docs_per_chunk": 7, "data.document_per_file": False,
         "data.eval_every_nth_doc": config.data.eval_every_nth_doc,
-        "data.mask_unit": repr(config.data.mask_unit), "data.max_seq_len": 64,
+        "data.mask_unit": config.data.mask_unit, "data.max_seq_len": 64,
         "data.max_predictions_per_seq": 10, "model.max_position_embeddings": 64}.items()]
     assert main(["prepare-beam", "--config", DEMO_CONFIG, "--beam-options=--runner=DirectRunner",
                  *overrides]) == 0

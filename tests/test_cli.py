@@ -8,7 +8,7 @@ import pytest
 
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
 from kjax.cli import main
-from kjax.config import apply_override, base_config, load_config
+from kjax.config import apply_override, defaults, load_config
 from kjax.errors import KjaxError
 
 HELP_VERBS = [[], ["tokenizer"], ["tokenizer", "train"], ["prepare"], ["train"], ["eval"],
@@ -37,7 +37,7 @@ def test_unknown_config_key_is_one_line_error(capsys):
 
 
 def test_overrides_are_typed():
-    c = base_config()
+    c = defaults()
     apply_override(c, "--config.train.learning_rate=3")
     apply_override(c, "--config.model.scan_layers=false")
     apply_override(c, "--config.data.corpus=a.txt,b.txt")
@@ -76,7 +76,7 @@ def test_vocab_size_that_disagrees_with_the_tokenizer(prepared):
 
 
 def test_train_on_data_prepared_for_another_config(prepared, tmp_path):
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     config = tiny_config(prepared, **{"data.max_seq_len": 32})
     with pytest.raises(KjaxError, match="prepared with max_seq_len=64"):
         train(config, str(tmp_path / "w"), progress=False)
@@ -92,12 +92,12 @@ def test_train_without_prepared_data(tmp_path, capsys):
 def test_missing_tokenizer_and_corpus(tmp_path, capsys):
     assert main(["prepare", "--config", DEMO_CONFIG, *tiny_overrides(str(tmp_path))]) == 2
     assert "run `kjax tokenizer train" in capsys.readouterr().err
-    assert main(["tokenizer", "train", "--config", DEMO_CONFIG, "--config.data.corpus=''"]) == 2
+    assert main(["tokenizer", "train", "--config", DEMO_CONFIG, "--config.data.corpus="]) == 2
     assert "data.corpus is empty" in capsys.readouterr().err
 
 
 def test_prepare_resumes_and_refuses_mixed_shards(prepared, tmp_path):
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     config = tiny_config(prepared)
     again = prepare(config, progress=False)  # every chunk was finished before
     assert again["chunks_reused"] == again["chunks"] > 0 and again["train_examples"] > 0
@@ -107,10 +107,10 @@ def test_prepare_resumes_and_refuses_mixed_shards(prepared, tmp_path):
 
 
 def test_prepare_output_does_not_depend_on_workers(prepared, tmp_path):
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     outs = []
     for workers in (1, 2):
-        config = tiny_config(prepared, **{"data.dir": f"'{tmp_path}/w{workers}'",
+        config = tiny_config(prepared, **{"data.dir": f"{tmp_path}/w{workers}",
                                           "data.docs_per_chunk": 3})
         prepare(config, num_workers=workers, progress=False)
         shards = sorted(f for f in os.listdir(f"{tmp_path}/w{workers}") if f.endswith("record"))

@@ -126,9 +126,9 @@ def test_static_masks_draw_from_one_stream_per_example(tmp_path, monkeypatch):
     copy), so example n of every chunk — and of the eval split — reused one
     stream. Every masked example must now get its own."""
     from conftest import tiny_config
-    from kjax.examples import prepare as prep
+    from kjax.pretrain import prepare as prep
     from kjax.tokens.factory import train_tokenizer
-    config = tiny_config(tmp_path, **{"data.masking": "'static'", "data.dupe_factor": 2,
+    config = tiny_config(tmp_path, **{"data.masking": "static", "data.dupe_factor": 2,
                                       "data.docs_per_chunk": 3, "data.eval_every_nth_doc": 2})
     train_tokenizer(config)
     streams, original = [], prep.mask_example

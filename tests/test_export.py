@@ -296,10 +296,10 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
                    "@신", "@기", "@루"]).save(str(tmp_path / "mh.multihot.txt"))
     vocab = len(BASE_TOKENS) + 10
     overrides = tiny_overrides(str(tmp_path), **{
-        "model.input_mode": "'multihot'", "tokenizer.scheme": "'multihot'",
-        "tokenizer.path": f"'{tmp_path}/mh'", "model.vocab_size": vocab,
+        "model.input_mode": "multihot", "tokenizer.scheme": "multihot",
+        "tokenizer.path": f"{tmp_path}/mh", "model.vocab_size": vocab,
         "model.num_pos_tags": len(TAGS), "model.max_tokens_per_morpheme": 4,
-        "train.mlm_loss": "'eq9'", "data.mask_unit": "'morpheme'"})
+        "train.mlm_loss": "eq9", "data.mask_unit": "morpheme"})
     config = load_config(DEMO_CONFIG, overrides)
     enc = EncoderConfig.from_config(config.model)
     params = random_params(enc, seed=9)
@@ -326,7 +326,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
 
 # ---- the command line: train → export → transformers → import ----------------------------
 def test_cli_export_and_import_round_trip(prepared, tmp_path):
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     overrides = tiny_overrides(str(prepared))
     config = tiny_config(prepared)
     workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")

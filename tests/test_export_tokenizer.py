@@ -20,7 +20,7 @@ def sp_model(request, prepared, tmp_path_factory):
     if request.param == "unigram":
         return str(prepared / "tok" / "sp.model")
     from kjax.tokens.factory import train_tokenizer
-    config = tiny_config(tmp_path_factory.mktemp("bpe"), **{"tokenizer.model_type": "'bpe'"})
+    config = tiny_config(tmp_path_factory.mktemp("bpe"), **{"tokenizer.model_type": "bpe"})
     return train_tokenizer(config)[0]
 
 
@@ -58,7 +58,7 @@ def test_unsupported_sentencepiece_model_is_refused(tmp_path):
 def test_morph_sp_tokenizer_class(tmp_path):
     from kjax.tokens.factory import train_tokenizer
     from kjax.tokens.morph_sp import MorphSPTokenizer
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp"})
     path = train_tokenizer(config)[0]
     tx.export_tokenizer(config, str(tmp_path / "hf"))
     hf = tx.KjaxMorphSPTokenizer.from_pretrained(tmp_path / "hf")

@@ -10,6 +10,7 @@ never "damaged". Metrics hold each step once after a fallback."""
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from kjax.checkpoint.recovery import DAMAGED_DIR, restore_newest, restore_step
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.train.metrics import read_metrics
-from kjax.train.trainer import train
+from kjax.pretrain.trainer import train
 
 
 def damaged_copy(trained, tmp_path, damage) -> str:
@@ -214,3 +215,78 @@ def test_cli_eval_falls_back_or_refuses_in_one_line(trained, prepared, tmp_path)
     assert line.endswith("It was left in place; pick another --step (available: [3]) or leave "
                          "--step out to use the newest good step")
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "6"))
+
+
+# ---- bad configs: exit 2, one stderr line, before anything compiles (issue 19, item 4) ----
+FILES = {
+    "syntax.py": ("def get_config(:\n    return 1\n", r"syntax\.py:1: syntax error"),
+    "raises.py": ("from kjax.config import defaults\n\ndef get_config():\n    c = defaults()\n"
+                  "    raise ValueError('no corpus here')\n",
+                  r"raises\.py:5: ValueError: no corpus here"),
+    "none.py": ("def get_config():\n    c = {}\n", r"none\.py: get_config\(\) returned None"),
+    "wrong_type.py": ("from kjax.config import defaults\n\ndef get_config():\n"
+                      "    c = defaults()\n    c.train.learning_rate = 'fast'\n    return c\n",
+                      r"wrong_type\.py:5: config key 'learning_rate' = 'fast' is a str"),
+    "wrong_type_dict.py": ("def get_config():\n    return {'model': {\n"
+                           "        'scan_layers': 'ture'}}\n",
+                           r"wrong_type_dict\.py:3: config key 'model.scan_layers' = 'ture' is "
+                           r"a str; give a bool"),
+}
+OVERRIDES = {
+    "--config.train.learning_rate=0": r"train.learning_rate=0.0 is not allowed; give a float > 0",
+    "--config.train.learning_rate=-1e-4": r"train.learning_rate=-0.0001 is not allowed",
+    "--config.model.dropout_rate=1.5": r"model.dropout_rate=1.5 is not allowed; give a float "
+                                       r"in \[0, 1\)",
+    "--config.train.keep_checkpoints=0": r"train.keep_checkpoints=0 is not allowed; give a int "
+                                         r">= 1",
+    "--config.model.scan_layers=ture": r"config key 'model.scan_layers': cannot set 'ture'",
+    "--config.train.log_every=0": r"train.log_every=0 is not allowed",
+    "--config.train.checkpoint_every=0": r"train.checkpoint_every=0 is not allowed",
+    "--config.mesh.data=-2": r"mesh.data=-2 is not allowed; give a int >= 1 or -1",
+}
+
+
+def refused_before_training(monkeypatch, capsys, args, message):
+    from kjax.pretrain import trainer
+
+    def reached(*args, **kwargs):
+        raise AssertionError("the bad config got past the checks")
+    monkeypatch.setattr(trainer, "Session", reached)
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("kjax: error: "), err
+    assert re.search(message, err[0]), err[0]
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_a_bad_config_file_is_one_line_naming_file_and_line(tmp_path, monkeypatch, capsys,
+                                                            name):
+    text, message = FILES[name]
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    refused_before_training(monkeypatch, capsys, ["train", "--config", str(tmp_path / name),
+                                                  "--workdir", str(tmp_path / "w")], message)
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("override", sorted(OVERRIDES))
+def test_a_bad_value_is_one_line_before_compiling(tmp_path, monkeypatch, capsys, override):
+    refused_before_training(monkeypatch, capsys, [
+        "train", "--config", DEMO_CONFIG, "--workdir", str(tmp_path / "w"),
+        *tiny_overrides(str(tmp_path)), override], OVERRIDES[override])
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_path, capsys):
+    from kjax.pretrain import trainer
+    (tmp_path / "file").write_text("keep me", encoding="utf-8")
+    args = ["train", "--config", DEMO_CONFIG, "--workdir", str(tmp_path / "file"),
+            *tiny_overrides(str(prepared), **EXTRA)]
+    original = trainer.make_train_step
+    try:
+        trainer.make_train_step = None   # calling it would be a TypeError traceback
+        assert main(args) == 2
+    finally:
+        trainer.make_train_step = original
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "is a file, not a directory" in err[0], err
+    assert (tmp_path / "file").read_text(encoding="utf-8") == "keep me"

@@ -270,7 +270,7 @@ def test_damaged_gz_corpora_are_skipped_and_named_or_refused(prepared, tmp_path)
     """Beside good files, a truncated .gz and a plain file named .gz are read up
     to the damage, counted and named by `tokenizer train` and `prepare`; with
     nothing good left, one line names them."""
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     truncated, plain = damaged_corpus(tmp_path)
     config = tiny_config(prepared, **{"data.corpus": f"'konlpy,{truncated},{plain}'",

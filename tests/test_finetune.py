@@ -17,7 +17,7 @@ import pytest
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
 from kjax.cli import main
 from kjax.errors import KjaxError
-from kjax.finetune.config import load_finetune_config
+from kjax.finetune.experiment import finetune_settings
 from kjax.finetune.experiment import make_tuner
 from kjax.finetune.features import Encoder, make_batch
 from kjax.finetune.heads import make_task_model
@@ -93,7 +93,7 @@ _RUNS = {}
 def learned(env, task):
     """(tuner, metrics.json, out dir) of one run per task, shared by the tests."""
     if task not in _RUNS:
-        ft = load_finetune_config(None, FT)
+        ft = finetune_settings(FT)
         tuner = make_tuner(env["config"], ft, task, *env["files"][task], init="none",
                            tokenizer=env["tokenizer"])
         out = str(env["tmp"] / f"run_{task}")
@@ -182,7 +182,7 @@ def test_shaking_changes_the_logits_only_where_b_says(env):
     the batch. Random-variant B is reproducible per (seed, epoch, row)."""
     from kjax.finetune.experiment import shake_settings
     config, tok = env["config"], env["tokenizer"]
-    ft = load_finetune_config(None, FT + ["finetune.shake.variant=random", "finetune.shake.p=1.0"])
+    ft = finetune_settings(FT + ["finetune.shake.variant=random", "finetune.shake.p=1.0"])
     feats = Encoder(tok, "classify", ["a"], 32).encode(
         [Example(str(i), sentence(np.random.default_rng(i)), label="a") for i in range(4)])
     cfg = shake_settings(config, ft)
@@ -212,7 +212,7 @@ def test_shaking_changes_the_logits_only_where_b_says(env):
 
 def test_pos_shaking_lines_sentencepiece_up_with_kiwi(env):
     from kjax.finetune.experiment import shake_settings
-    ft = load_finetune_config(None, FT)
+    ft = finetune_settings(FT)
     enc = Encoder(env["tokenizer"], "pair", ["a"], 32, pos_from_kiwi=True)
     feats = enc.encode([Example("g", "나는 너를 학교에서 보았다", "철수가 밥을 먹었다", "a")])
     assert feats.units["tags"][0].max() > 0 and 0.5 < feats.aligned_tokens <= 1
@@ -234,7 +234,7 @@ def test_init_restores_a_kjax_pretraining_checkpoint(env, tmp_path):
     ckpt = Checkpointer(str(tmp_path / "pre" / "checkpoints"), 1, 1)
     ckpt.save(7, state, {"position": 0}, force=True)
     ckpt.close()
-    ft = load_finetune_config(None, FT)
+    ft = finetune_settings(FT)
     tuner = make_tuner(config, ft, "ner", *env["files"]["ner"], init=str(tmp_path / "pre"),
                        tokenizer=env["tokenizer"])
     bert = jax.device_get(tuner.init_state(0)["params"]["bert"])

@@ -65,8 +65,9 @@ def last_json(out: str) -> dict:
 def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch, capsys):
     """Every path on gs://: tokenizer, prepare, train --stop-at, resume with the
     recorded config (no --config), eval, export, analyze, finetune (--init the
-    gs:// run, data and outputs on gs://). Nothing is written to a local folder
-    named `gs:`; the shards are read from this host's cache."""
+    gs:// run, data and outputs on gs://), then a damaged newest step: refused
+    by --step, skipped by eval, moved aside by train. Nothing is written to a
+    local folder named `gs:`; the shards are read from this host's cache."""
     from kjax.config import load_config
     from kjax.train import logdir
     monkeypatch.chdir(tmp_path)
@@ -124,6 +125,24 @@ def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch,
     assert {"summary.json", "summary.md", "metrics.json", "metrics.jsonl", "predictions_dev.jsonl",
             "learning_curve.png", "checkpoints"} <= set(paths.listdir(ft))
     assert paths.read_json(f"{ft}/summary.json")["init"] == work
+
+    # A damaged newest step on gs:// (issue 19): refused when named, skipped by the
+    # read-only tools, moved aside (never deleted) by train, which then resumes.
+    chunks = [f for f in paths.walk_files(f"{work}/checkpoints/6")
+              if f.startswith("state/") and "/d/" in f]
+    biggest = max(chunks, key=lambda f: paths.size(f"{work}/checkpoints/6/{f}"))
+    damaged = f"{work}/checkpoints/6/{biggest}"
+    paths.write_bytes(damaged, bytes(paths.size(damaged)))          # zeroed
+    capsys.readouterr()
+    assert main(["eval", "--workdir", work, "--step", "6"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["eval", "--workdir", work]) == 0
+    assert last_json(capsys.readouterr().out)["step"] == 3
+    assert main(["train", "--workdir", work]) == 0
+    assert last_json(capsys.readouterr().out)["final_step"] == 6
+    assert "damaged" in paths.listdir(f"{work}/checkpoints")
+    moved = paths.walk_files(f"{work}/checkpoints/damaged")
+    assert any(f.endswith(biggest) for f in moved), moved             # kept, not deleted
     assert not local_gs_folders(tmp_path) and not local_gs_folders(os.getcwd())
 
 
@@ -131,16 +150,19 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     """eval/export/... name the keys in which --config differs from the run's
     recorded config; without --config and without a record: a one-line error."""
     from kjax.config import load_config
-    from kjax.run_config import load_run_config, record_config
+    from kjax.config.recorded import flush_notes, load_run_config, record_config
     work = f"{gs_root}/run"
     trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
     record_config(trained, work)
     assert load_config(f"{work}/kjax_config.py").to_dict() == trained.to_dict()
     again = load_run_config(DEMO_CONFIG, ["--config.train.num_steps=700"], work)
+    assert capsys.readouterr().err == ""   # held until the run's checkpoint restores
+    flush_notes()
     err = capsys.readouterr().err
     assert "model.hidden_size: 128 → 64" not in err and "model.hidden_size: 64 → 128" in err
     assert "train.num_steps: 300 → 700" in err and again.model.hidden_size == 128
     assert load_run_config(None, [], work).model.hidden_size == 64
+    flush_notes()
     assert "using the config recorded in" in capsys.readouterr().err
     assert main(["eval", "--workdir", f"{gs_root}/empty"]) == 2
     err = capsys.readouterr().err.strip()

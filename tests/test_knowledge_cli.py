@@ -80,8 +80,8 @@ def test_inspect_shows_knowledge_targets(multihot, capsys):
 
 
 def test_token_schemes_have_no_knowledge_section():
-    from kjax.inspect_text import SECTIONS
-    from kjax.knowledge.inspect import knowledge_section
+    from kjax.cli.inspect import SECTIONS
+    from kjax.cli.inspect import knowledge_section
     assert knowledge_section in SECTIONS
     assert knowledge_section("", None, type("T", (), {"scheme": "morph-sp"})(), {}) is None
 

@@ -232,8 +232,8 @@ def test_eval_reports_every_head_as_weighted_sums_with_the_training_weights(tmp_
     from kjax.train.state import init_state, make_model, make_optimizer
     from kjax.train.step import _forward, make_eval_step, objective_weights, summarize_eval
     config = tiny_config(tmp_path, **{
-        "tokenizer.scheme": "'multihot'", "model.input_mode": "'multihot'",
-        "train.mlm_loss": "'eq9'", "data.mask_unit": "'morpheme'", "model.vocab_size": V,
+        "tokenizer.scheme": "multihot", "model.input_mode": "multihot",
+        "train.mlm_loss": "eq9", "data.mask_unit": "morpheme", "model.vocab_size": V,
         "model.max_position_embeddings": S, "data.max_seq_len": S,
         "data.max_predictions_per_seq": 2, "knowledge.max_hypernym": 2,
         "knowledge.max_sense": 2, "knowledge.max_hypernyms_per_noun": 2,

@@ -13,7 +13,7 @@ from array_record.python.array_record_module import ArrayRecordReader
 from conftest import DEMO_CONFIG
 from kjax.cli import main
 from kjax.examples import records
-from kjax.examples.prepare import prepare
+from kjax.pretrain.prepare import prepare
 from kjax.morph import KoreanAnalyzer
 from kjax.tokens.sentencepiece import UNK
 from kjax.tokens.stats import measure
@@ -195,7 +195,7 @@ def overrides_of(config) -> list[str]:
     for key in keys:
         section, name = key.split(".")
         value = config[section][name]
-        out.append(f"--config.{key}={value!r}" if isinstance(value, str) else
+        out.append(f"--config.{key}={value}" if isinstance(value, str) else
                    f"--config.{key}={value}")
     return out
 

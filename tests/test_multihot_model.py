@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kjax.batches.multihot import position_arrays, position_of_tokens, to_multihot
+from kjax.inputs.segments import position_arrays, position_of_tokens, to_multihot
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.tokens.sentencepiece import CLS, MASK, SEP

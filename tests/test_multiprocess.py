@@ -18,7 +18,7 @@ import pytest
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
 from fault_helpers import DAMAGES
 from kjax.train.metrics import read_metrics
-from kjax.train.trainer import PREEMPTED_EXIT, train
+from kjax.pretrain.trainer import PREEMPTED_EXIT, train
 from test_train import TIMING, final_params
 
 STEPS = 24
@@ -159,7 +159,7 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
 def test_sigterm_saves_at_that_step_and_restores_the_handler(prepared, tmp_path, monkeypatch):
     """One process: SIGTERM arriving while step 3's batch is fetched stops the
     run right after step 3, with that step saved and the old handler back."""
-    import kjax.train.trainer as trainer
+    import kjax.pretrain.trainer as trainer
 
     class SignallingIterator:
         def __init__(self, it):

@@ -171,14 +171,14 @@ def test_shaking_pretraining_end_to_end(tmp_path):
     B and position ids, and a short run trains."""
     from conftest import tiny_config
     from kjax.batches.loader import train_dataset
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     from kjax.train.metrics import read_metrics
-    from kjax.train.trainer import train
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'", "model.shake_factor": 0.3,
-                                      "shake.variant": "'pos'", "shake.boost_prem": 2.0,
-                                      "shake.position_variant": "'shared_position'",
-                                      "data.mask_unit": "'morpheme'", "train.num_steps": 8})
+    from kjax.pretrain.trainer import train
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp", "model.shake_factor": 0.3,
+                                      "shake.variant": "pos", "shake.boost_prem": 2.0,
+                                      "model.input_mode": "shared_position",
+                                      "data.mask_unit": "morpheme", "train.num_steps": 8})
     train_tokenizer(config)
     prepare(config, progress=False)
     batch = next(iter(train_dataset(config)))
@@ -194,11 +194,12 @@ def test_b_weights_float8_cannot_hold_are_refused(tmp_path):
     """B is one byte per (q, k): 1.5 and 2 are exact, 0.3 would silently become
     0.3125, so the config is refused with the nearest usable values."""
     from conftest import tiny_config
-    from kjax.config import apply_override, validate
+    from kjax.config import apply_override
+    from kjax.objectives import check_config as validate
     from kjax.errors import KjaxError
     from kjax.shake.matrix import check_weights
     check_weights(shake_cfg(boost_prem=1.5, tag_weights={"JKB": 0.375}))
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp"})
     apply_override(config, "--config.shake.boost_prem=0.3")
     with pytest.raises(KjaxError, match=r"0\.3.*0\.28125 or 0\.3125"):
         validate(config)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kjax.batches.multihot import to_multihot
+from kjax.inputs.segments import to_multihot
 from kjax.config import apply_override
 from kjax.errors import KjaxError
 from kjax.model.config import EncoderConfig
@@ -37,8 +37,8 @@ def test_merged_units_join_each_postposition_to_its_substantive(analyzer):  # no
 
 def merged_config(tmp_path, **extra):
     from conftest import tiny_config
-    return tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'", "model.input_mode": "'merged'",
-                                    "train.mlm_loss": "'eq9'", "data.mask_unit": "'morpheme'",
+    return tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp", "model.input_mode": "merged",
+                                    "train.mlm_loss": "eq9", "data.mask_unit": "morpheme",
                                     "data.masked_lm_prob": 0.4, **extra})
 
 
@@ -55,7 +55,7 @@ def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):  # n
     """Issue 15: masking ran before the merge, so a masked 학교 merged with its
     visible 에서 leaked 에서 (in the input and among the targets)."""
     from kjax.batches.loader import ToModelInputs
-    from kjax.examples.masking import mask_example
+    from kjax.inputs import mask_example
     ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 새 책을 샀다")
     config = merged_config(tmp_path)
     positions = merged_units(ex)["morph_ids"]
@@ -80,9 +80,9 @@ def test_masks_stored_for_another_input_mode_are_completed(analyzer, tmp_path): 
     """One data folder serves all six SHAKE variants: eval masks drawn per
     morpheme (one-hot) are extended to whole merged positions in the loader."""
     from kjax.batches.loader import ToModelInputs
-    from kjax.examples.masking import mask_example
+    from kjax.inputs import mask_example
     ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 새 책을 샀다")
-    onehot = merged_config(tmp_path, **{"model.input_mode": "'onehot'", "train.mlm_loss": "'ce'"})
+    onehot = merged_config(tmp_path, **{"model.input_mode": "onehot", "train.mlm_loss": "ce"})
     to_inputs = ToModelInputs(merged_config(tmp_path), dynamic_masking=False)
     completed = 0
     for seed in range(100):
@@ -119,16 +119,16 @@ def test_merged_embedding_is_the_sum_of_the_token_embeddings():
 
 def test_merged_mode_needs_morph_sp_and_a_multi_target_loss(tmp_path):
     from conftest import tiny_config
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'"})
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp"})
     with pytest.raises(KjaxError, match="mlm_loss"):
         apply_override(config, "--config.model.input_mode=merged")
-        from kjax.config import validate
+        from kjax.objectives import check_config as validate
         validate(config)
     config = tiny_config(tmp_path)
     with pytest.raises(KjaxError, match="morph-sp"):
         apply_override(config, "--config.model.input_mode=merged")
         apply_override(config, "--config.train.mlm_loss=eq9")
-        from kjax.config import validate
+        from kjax.objectives import check_config as validate
         validate(config)
 
 
@@ -136,12 +136,12 @@ def test_merged_mode_needs_morph_sp_and_a_multi_target_loss(tmp_path):
 def test_merged_pretraining_end_to_end(tmp_path):
     from conftest import tiny_config
     from kjax.batches.loader import train_dataset
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     from kjax.train.metrics import read_metrics
-    from kjax.train.trainer import train
-    config = tiny_config(tmp_path, **{"tokenizer.scheme": "'morph-sp'",
-                                      "model.input_mode": "'merged'", "train.mlm_loss": "'eq9'",
+    from kjax.pretrain.trainer import train
+    config = tiny_config(tmp_path, **{"tokenizer.scheme": "morph-sp",
+                                      "model.input_mode": "merged", "train.mlm_loss": "eq9",
                                       "train.num_steps": 8})
     train_tokenizer(config)
     prepare(config, progress=False)
@@ -159,12 +159,12 @@ def test_merged_pretraining_end_to_end(tmp_path):
     assert rows[-1]["step"] == 8 and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"]
 
 
-@pytest.mark.parametrize("variant, bf, source, position, mode", [
-    ("baseline", 0.0, "none", "none", "onehot"), ("pos_plus", 0.3, "pos", "none", "onehot"),
-    ("pos_minus", -0.3, "pos", "none", "onehot"), ("random", 0.2, "random", "none", "onehot"),
-    ("shared_position", 0.0, "none", "shared_position", "onehot"),
-    ("merged", 0.0, "none", "none", "merged")])
-def test_six_shake_reproduction_configs(variant, bf, source, position, mode):
+@pytest.mark.parametrize("variant, bf, source, mode", [
+    ("baseline", 0.0, "none", "onehot"), ("pos_plus", 0.3, "pos", "onehot"),
+    ("pos_minus", -0.3, "pos", "onehot"), ("random", 0.2, "random", "onehot"),
+    ("shared_position", 0.0, "none", "shared_position"),
+    ("merged", 0.0, "none", "merged")])
+def test_six_shake_reproduction_configs(variant, bf, source, mode):
     """METHODS §1.5: RoBERTa-small (6 layers, 12 heads), one shared vocabulary."""
     import os
     from conftest import ROOT
@@ -172,8 +172,7 @@ def test_six_shake_reproduction_configs(variant, bf, source, position, mode):
     path = os.path.join(ROOT, "tpu_configs", f"shake_{variant}.py")
     c = load_config(path)
     assert (c.model.num_layers, c.model.num_heads, c.train.nsp_weight) == (6, 12, 0.0)
-    assert (c.model.shake_factor, c.shake.variant, c.shake.position_variant,
-            c.model.input_mode) == (bf, source, position, mode)
+    assert (c.model.shake_factor, c.shake.variant, c.model.input_mode) == (bf, source, mode)
     assert c.tokenizer.path == "runs/shake_data/tokenizer/sp"
     assert variant != "random" or c.shake.p == 0.08
     header = open(path, encoding="utf-8").read(1500)

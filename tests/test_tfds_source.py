@@ -123,15 +123,15 @@ def tiny_tfds(tmp_path_factory):
 
 def test_prepare_reads_a_real_tfds_dataset(tiny_tfds, prepared, tmp_path):
     from conftest import tiny_config
-    from kjax.examples.prepare import prepare
+    from kjax.pretrain.prepare import prepare
     data_dir, lines = tiny_tfds
     docs = list(iter_documents(resolve_corpus("tfds:kjax_tiny_wiki/ko:train", data_dir)))
     # titles and headings gone; tfds stores examples in its own (hashed, fixed) order
     assert sorted(docs) == sorted(lines[4 * i:4 * i + 4] for i in range(12))
     assert docs == list(iter_documents(resolve_corpus("tfds:kjax_tiny_wiki/ko", data_dir)))
-    config = tiny_config(prepared, **{"data.corpus": "'tfds:kjax_tiny_wiki/ko'",
-                                      "data.tfds_data_dir": f"'{data_dir}'",
-                                      "data.dir": f"'{tmp_path}/ex'", "data.docs_per_chunk": 5})
+    config = tiny_config(prepared, **{"data.corpus": "tfds:kjax_tiny_wiki/ko",
+                                      "data.tfds_data_dir": f"{data_dir}",
+                                      "data.dir": f"{tmp_path}/ex", "data.docs_per_chunk": 5})
     meta = prepare(config, progress=False)
     assert meta["documents"] == 12 and meta["chunks"] == 3 and meta["sentences"] == 48
     assert meta["train_examples"] > 0 and meta["documents_without_examples"] == 0

@@ -13,7 +13,7 @@ from kjax.parallel.mesh import make_mesh, put_batch
 from kjax.train.metrics import read_metrics
 from kjax.train.state import init_state, make_model, make_optimizer
 from kjax.train.step import make_train_step
-from kjax.train.trainer import evaluate, train
+from kjax.pretrain.trainer import evaluate, train
 
 TIMING = ("step_time", "tokens_per_sec", "mfu", "data_wait_fraction",
           "compile_and_first_step_time")
@@ -109,7 +109,7 @@ def test_remote_workdir_logs_through_a_local_mirror(prepared, tmp_path, monkeypa
     restart count survives the VM (kjax/train/logdir.py)."""
     import json
     from kjax.train import logdir
-    from kjax.train.trainer import train
+    from kjax.pretrain.trainer import train
     monkeypatch.setattr(logdir, "is_remote", lambda workdir: True)
     monkeypatch.setattr(logdir, "LOCAL_MIRRORS", str(tmp_path / "vm1"))
     config = tiny_config(prepared, **{"train.num_steps": 4, "train.log_every": 2})

@@ -6,10 +6,10 @@ import pytest
 
 from conftest import ROOT, tiny_overrides
 from kjax.config import load_config
-from kjax.examples.prepare import prepare
+from kjax.pretrain.prepare import prepare
 from kjax.tokens.factory import open_tokenizer, train_tokenizer
 from kjax.train.metrics import read_metrics
-from kjax.train.trainer import train
+from kjax.pretrain.trainer import train
 
 VARIANTS = {  # file → metrics its objectives must log
     "bert_s": {"nsp_loss"},

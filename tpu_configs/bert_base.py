@@ -10,17 +10,17 @@ thesis' BERT-B reached KorQuAD F1 84.11 / NER 88.45 / NSMC 86.98 after
 fine-tuning (Table 27). Use remat_policy='dots_with_no_batch_dims_saveable'
 when memory is short.
 """
-from kjax.config import ConfigDict
+from kjax.config import defaults
 
 
 def get_config():
-    c = ConfigDict()
+    c = defaults()   # the full tree; set only what differs
     c.name = "bert_base"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+    c.model.update(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
                    intermediate_size=3072, max_position_embeddings=512)
-    c.tokenizer = dict(vocab_size=32000, path="runs/bert_base_data/tokenizer/sp")
-    c.data = dict(dir="runs/bert_base_data/examples", max_seq_len=512,
+    c.tokenizer.update(vocab_size=32000, path="runs/bert_base_data/tokenizer/sp")
+    c.data.update(dir="runs/bert_base_data/examples", max_seq_len=512,
                   max_predictions_per_seq=80)
-    c.train = dict(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
+    c.train.update(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
                    warmup_steps=10_000)
     return c

@@ -13,19 +13,19 @@ from ~7.6 to ~6.1 (MLM ~6.9 → ~5.4, eval MLM ~5.8; NSP stays near chance on a
 corpus of 11 documents); the run writes runs/demo/checkpoints/, metrics.jsonl,
 TensorBoard events and loss_curve.png.
 """
-from kjax.config import ConfigDict
+from kjax.config import defaults
 
 
 def get_config():
-    c = ConfigDict()
+    c = defaults()   # the full tree; set only what differs
     c.name = "demo"
-    c.model = dict(vocab_size=1000, hidden_size=128, num_layers=2, num_heads=4,
+    c.model.update(vocab_size=1000, hidden_size=128, num_layers=2, num_heads=4,
                    intermediate_size=256, max_position_embeddings=128,
                    dtype="float32", dropout_rate=0.1, attention_dropout_rate=0.1)
-    c.tokenizer = dict(vocab_size=1000, path="runs/demo_data/tokenizer/sp")
-    c.data = dict(corpus="konlpy", document_per_file=True, dir="runs/demo_data/examples",
+    c.tokenizer.update(vocab_size=1000, path="runs/demo_data/tokenizer/sp")
+    c.data.update(corpus="konlpy", document_per_file=True, dir="runs/demo_data/examples",
                   max_seq_len=128, max_predictions_per_seq=20, docs_per_chunk=200,
                   eval_every_nth_doc=6)
-    c.train = dict(batch_size=32, num_steps=300, learning_rate=1e-3, warmup_steps=30,
+    c.train.update(batch_size=32, num_steps=300, learning_rate=1e-3, warmup_steps=30,
                    log_every=25, eval_every=100, eval_batches=4, checkpoint_every=100)
     return c

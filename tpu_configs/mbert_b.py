@@ -8,7 +8,7 @@ Expected (what the thesis reported): KorQuAD F1 83.89 / NER 89.23 / NSMC 88.34 (
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
 """
-from kjax.presets import uknow_config
+from kjax.config.presets import uknow_config
 
 
 def get_config():

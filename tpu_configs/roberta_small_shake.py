@@ -11,18 +11,18 @@ Expected (SHAKE Fig. 2): baseline evaluation MLM loss above that of the
 bf = ±0.3 models. RoBERTa-style here means: no NSP loss (nsp_weight 0),
 dynamic masking, longer sequences; the NSP head still exists but is unused.
 """
-from kjax.config import ConfigDict
+from kjax.config import defaults
 
 
 def get_config():
-    c = ConfigDict()
+    c = defaults()   # the full tree; set only what differs
     c.name = "roberta_small_shake"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=6, num_heads=12,
+    c.model.update(vocab_size=32000, hidden_size=768, num_layers=6, num_heads=12,
                    intermediate_size=3072, max_position_embeddings=512,
                    layer_norm_eps=1e-5)
-    c.tokenizer = dict(vocab_size=32000, path="runs/roberta_small_data/tokenizer/sp")
-    c.data = dict(dir="runs/roberta_small_data/examples", max_seq_len=512,
+    c.tokenizer.update(vocab_size=32000, path="runs/roberta_small_data/tokenizer/sp")
+    c.data.update(dir="runs/roberta_small_data/examples", max_seq_len=512,
                   max_predictions_per_seq=80, masking="dynamic", nsp_prob=0.0)
-    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=6e-4, warmup_steps=24_000,
+    c.train.update(batch_size=256, num_steps=500_000, learning_rate=6e-4, warmup_steps=24_000,
                    nsp_weight=0.0, b2=0.98)
     return c

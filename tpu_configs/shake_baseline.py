@@ -9,7 +9,7 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): the reference: evaluation MLM loss above
 the bf = ±0.3 models and close to the random-token model (SHAKE Fig. 2).
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

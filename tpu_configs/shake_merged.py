@@ -10,7 +10,7 @@ Expected (what the thesis reported): no gain reported over the POS-pair models;
 kept as the thesis's ablation. MLM loss is Eq. 7-9 because a merged position has
 several target tokens.
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

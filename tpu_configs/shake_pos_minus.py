@@ -9,7 +9,7 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): evaluation MLM loss as low as bf = +0.3
 (Fig. 2); smaller downstream gains than +0.3.
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

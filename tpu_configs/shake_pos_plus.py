@@ -11,7 +11,7 @@ Expected (what the thesis reported): among the lowest evaluation MLM loss (Fig.
 on CoPA, even fine-tuned without shaking; the gain grows with pretraining length
 (Fig. 4).
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

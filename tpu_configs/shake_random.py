@@ -9,7 +9,7 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): evaluation MLM loss close to the baseline;
 acts like a regulariser.
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

@@ -9,7 +9,7 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): no gain reported over the POS-pair models;
 kept as the thesis's ablation.
 """
-from kjax.presets import shake_config
+from kjax.config.presets import shake_config
 
 
 def get_config():

@@ -9,17 +9,17 @@ Expected: one-hot BERT-S of the thesis (49 MB of fp32 params with a 32k
 vocabulary here); the MLM loss falls below 3 within ~100k steps on a
 newspaper-scale corpus. On this 2-core CPU: see docs/PERFORMANCE.md.
 """
-from kjax.config import ConfigDict
+from kjax.config import defaults
 
 
 def get_config():
-    c = ConfigDict()
+    c = defaults()   # the full tree; set only what differs
     c.name = "uknow_small"
-    c.model = dict(vocab_size=32000, hidden_size=256, num_layers=4, num_heads=4,
+    c.model.update(vocab_size=32000, hidden_size=256, num_layers=4, num_heads=4,
                    intermediate_size=1024, max_position_embeddings=256)
-    c.tokenizer = dict(vocab_size=32000, path="runs/uknow_small_data/tokenizer/sp")
-    c.data = dict(dir="runs/uknow_small_data/examples", max_seq_len=256,
+    c.tokenizer.update(vocab_size=32000, path="runs/uknow_small_data/tokenizer/sp")
+    c.data.update(dir="runs/uknow_small_data/examples", max_seq_len=256,
                   max_predictions_per_seq=40)
-    c.train = dict(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
+    c.train.update(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
                    warmup_steps=10_000)
     return c

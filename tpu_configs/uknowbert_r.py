@@ -8,7 +8,7 @@ Expected (what the thesis reported): the verb-relation objective alone on top of
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
 """
-from kjax.presets import uknow_config
+from kjax.config.presets import uknow_config
 
 
 def get_config():

@@ -16,7 +16,7 @@ against the matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1000
 examples/s, ~130k tokens/s, ~0.25 s per step (30–50 % MFU: 0.2–0.33 s),
 ~35 h for the 500k steps. A checkpoint every 2000 steps (~8 min).
 """
-from kjax.presets import slice_config
+from kjax.config.presets import slice_config
 
 SLICE = "v2-8"  # accelerator type: 8 devices (tests/test_tpu_configs.py checks the mesh)
 

@@ -17,7 +17,7 @@ attention counted); the slice's datasheet bf16 peak is 16 chips × 123 =
 250k steps. Each host prepares ~650 examples/s; watch `data_wait_fraction`.
 A checkpoint every 2000 steps (~7 min) bounds the work a preemption loses.
 """
-from kjax.presets import slice_config
+from kjax.config.presets import slice_config
 
 SLICE = "v3-32"  # accelerator type: 32 devices (tests/test_tpu_configs.py checks the mesh)
 

@@ -16,7 +16,7 @@ matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~650 examples/s, ~330k
 tokens/s, ~0.2 s per step (30–50 % MFU: 0.16–0.26 s), ~2.3 days per 1M
 steps. A checkpoint every 2000 steps (~7 min).
 """
-from kjax.presets import slice_config
+from kjax.config.presets import slice_config
 
 SLICE = "v3-8"  # accelerator type: 8 devices (tests/test_tpu_configs.py checks the mesh)
 

@@ -16,7 +16,7 @@ matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1450 examples/s, ~750k
 tokens/s, ~0.18 s per step (30–50 % MFU: 0.14–0.23 s), ~25 h for the 500k
 steps. A checkpoint every 2000 steps (~6 min).
 """
-from kjax.presets import slice_config
+from kjax.config.presets import slice_config
 
 SLICE = "v4-8"  # accelerator type: 4 devices (tests/test_tpu_configs.py checks the mesh)
 

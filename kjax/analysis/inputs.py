@@ -4,7 +4,9 @@ substantive pairs.
 
 A text is one sentence (`[CLS] text [SEP]`) or, with a tab, a pair
 (`[CLS] A [SEP] B [SEP]`, token types 0/1), as in pretraining. Positions are
-tokens, or morphemes for the multi-hot input (METHODS §2.3).
+the input mode's (kjax/inputs): tokens, morphemes for the multi-hot input
+(METHODS §2.3), merged substantive + postposition positions (§1.5, 6), with
+the mode's position ids (shared positions, §1.5, 5).
 
 Token classes (per key position j):
   [CLS], [SEP]   the special tokens
@@ -21,11 +23,10 @@ import unicodedata
 
 import numpy as np
 
-from kjax.batches.multihot import position_arrays, position_of_tokens, to_multihot
 from kjax.examples.pairs import assemble
+from kjax.inputs import InputMode, input_mode
 from kjax.morph.tags import TAGS, base_tag, is_postposition, is_substantive
 from kjax.shake.matrix import GROUP1, GROUP2, build_shake_matrix, pos_pairs
-from kjax.shake.variants import shared_position_ids
 from kjax.tokens.sentencepiece import CLS, SEP, TOKEN_ARRAYS, WORD_START
 
 CLASSES = ("[CLS]", "[SEP]", "punctuation", "postposition", "substantive", "other")
@@ -42,6 +43,7 @@ class AnalysisText:
     classes: np.ndarray    # index into CLASSES, per model position
     postpositions: list    # (query positions, substantive positions) per postposition
     truncated: bool
+    mode: InputMode        # kjax/inputs: how its tokens became these positions
 
     @property
     def length(self) -> int:
@@ -93,7 +95,10 @@ def _fit(a: dict, b: dict | None, max_len: int) -> tuple[dict, dict | None, bool
     return _cut(a, la), (_cut(b, lb) if b is not None else None), truncated
 
 
-def encode_text(tokenizer, text: str, max_len: int) -> AnalysisText:
+def encode_text(tokenizer, text: str, max_len: int, mode: InputMode | None = None
+                ) -> AnalysisText:
+    """One text as the model sees it under `mode` (default onehot)."""
+    mode = mode or input_mode("onehot")
     parts = text.split("\t", 1)
     a = tokenizer.encode(parts[0].strip())
     b = tokenizer.encode(parts[1].strip()) if len(parts) == 2 else None
@@ -103,22 +108,13 @@ def encode_text(tokenizer, text: str, max_len: int) -> AnalysisText:
     if b is None:  # assemble always closes B with a [SEP]: drop it for a single sentence
         example = {k: (v[:-1] if v.ndim else v) for k, v in example.items()}
     ids = example["input_ids"]
-    if tokenizer.scheme == "multihot":
-        owner = position_of_tokens(np.asarray(example["morph_ids"]))
-        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        positions = position_arrays(example)
-        positions["token_type_ids"] = example["token_type_ids"][first]
-        labels = ["".join(_piece_text(tokenizer, t) for t in ids[owner == p])
-                  for p in range(len(first))]
-    else:
-        positions = {k: example[k] for k in ("input_ids", "word_ids", "morph_ids", "tags",
-                                             "token_type_ids")}
-        labels = [_piece_text(tokenizer, t) for t in ids]
+    positions, groups = mode.positions(example)   # per model position, and its tokens
+    labels = ["".join(_piece_text(tokenizer, t) for t in ids[group]) for group in groups]
     classes = np.asarray([token_class(int(t), int(g), s) for t, g, s in
                           zip(positions["input_ids"], positions["tags"], labels)], np.int32)
     pairs = [(q, k) for q, k, _ in pos_pairs(positions["morph_ids"], positions["word_ids"],
                                              positions["tags"], POSTPOSITION_WEIGHTS)]
-    return AnalysisText(text, example, positions, labels, classes, pairs, truncated)
+    return AnalysisText(text, example, positions, labels, classes, pairs, truncated, mode)
 
 
 def shake_matrix(item: AnalysisText, seq_len: int, shake_cfg, seed: int) -> np.ndarray:
@@ -137,23 +133,9 @@ def model_batch(items: list[AnalysisText], first_index: int, seq_len: int, confi
     of `BertForPreTraining.encode`)."""
     rows = []
     for offset, item in enumerate(items):
-        n = item.length
-        pad = lambda x, value=0: np.pad(np.asarray(x, np.int32), (0, seq_len - len(x)),  # noqa
-                                        constant_values=value)
-        if config.model.input_mode == "multihot":
-            mh = to_multihot(item.example, item.example["input_ids"], np.zeros(0, np.int64),
-                             seq_len, 1, 1)
-            row = {"input_ids": np.zeros(seq_len, np.int32),   # unused: tokens come in `multihot`
-                   "multihot": {k: mh[k] for k in ("token_ids", "token_position",
-                                                   "token_inpos", "position_tags")}}
-        else:
-            row = {"input_ids": pad(item.positions["input_ids"])}
-        row["token_type_ids"] = pad(item.positions["token_type_ids"])
-        row["attention_mask"] = pad(np.ones(n))
-        if config.shake.position_variant == "shared_position":  # the model was trained so
-            row["position_ids"] = shared_position_ids(item.positions, seq_len, config.shake)
-        else:
-            row["position_ids"] = np.arange(seq_len, dtype=np.int32)
+        row = item.mode.position_batch(item.example, seq_len)
+        ids = item.mode.position_ids(item.positions, config, seq_len)   # as it was trained
+        row["position_ids"] = ids if ids is not None else np.arange(seq_len, dtype=np.int32)
         if shaken:
             row["shake"] = shake_matrix(item, seq_len, config.shake, first_index + offset)
         rows.append(row)

@@ -20,8 +20,9 @@ import numpy as np
 from kjax import paths
 from kjax.analysis import inputs as text_inputs
 from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman_per_head
-from kjax.train.state import restore_params
+from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
+from kjax.inputs import input_mode
 
 CORRELATION_CLASSES = text_inputs.CLASSES + ("all",)
 # What each number of a report averages over (copied into every report).
@@ -203,7 +204,8 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
     if batch_size < 1:
         raise KjaxError(f"--batch-size {batch_size}: use 1 or more")
     tokenizer = load_tokenizer(config)
-    items = [text_inputs.encode_text(tokenizer, t, config.data.max_seq_len) for t in texts]
+    mode = input_mode(config)   # its positions, position ids and model inputs (kjax/inputs)
+    items = [text_inputs.encode_text(tokenizer, t, config.data.max_seq_len, mode) for t in texts]
     params, step = restore_params(config, workdir, step)
     layers = config.model.num_layers
     shaken_bf = boost_factors(config, bf)

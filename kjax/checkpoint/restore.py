@@ -1,15 +1,20 @@
 """A checkpoint's state for the tools that only read one (`kjax eval`,
 `export`, `analyze`, fine-tuning's `--init`): the explicit step, verified or
 refused in one line, or else the newest step that verifies; nothing is
-moved (recovery.py). The caller builds the abstract target (kjax.train
-knows the model; this package does not import it)."""
+moved (recovery.py). `restore_params` builds the abstract target from the
+config (kjax.train, one layer down, knows the model)."""
 from __future__ import annotations
 
-from kjax import paths
+import jax
+import numpy as np
 
-from kjax.checkpoint.manager import Checkpointer
+from kjax import paths
+from kjax.checkpoint.manager import Checkpointer, ConfigMismatch
 from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
+from kjax.config.recorded import flush_notes
+from kjax.parallel.mesh import make_mesh
+from kjax.train.state import abstract_state, make_model, make_optimizer
 
 
 def open_read_only(directory: str, hint: str) -> Checkpointer:
@@ -25,10 +30,32 @@ def restore_read_only(directory: str, target, step: int | None = None,
     try:
         if step is not None:
             state, iterator = restore_step(checkpoints, target, step, what)
-            return state, iterator, step
-        found = restore_newest(checkpoints, target, move_damaged=False)
+            found = state, iterator, step
+        else:
+            found = restore_newest(checkpoints, target, move_damaged=False)
         if found is None:
             raise KjaxError(f"no checkpoint steps in {directory}; {hint}")
+        flush_notes()   # the config fits the checkpoint: its notes are news, not the cause
         return found
     finally:
         checkpoints.abandon()
+
+
+def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
+    """(params as numpy arrays on the host, step) of WORKDIR/checkpoints for the
+    tools that need only them (`kjax export`, `kjax analyze`): the given step
+    or the newest that verifies (kjax/checkpoint/recovery.py)."""
+    directory = paths.join(workdir, "checkpoints")
+    target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
+                               make_optimizer(config.train))
+    try:
+        state, _, step = restore_read_only(directory, target, step, hint=(
+            f"train first (`kjax train --workdir {workdir}`) or pass the --workdir that "
+            f"holds them"))
+    except ConfigMismatch as e:
+        saved = paths.join(workdir, "kjax_config.py")
+        hint = f" (recorded in {saved}: leave --config out to use it)" if paths.isfile(saved) else ""
+        raise ConfigMismatch(f"{e}; pass the --config and --config.* overrides the run was "
+                             f"trained with{hint} (model sizes, model.input_mode, knowledge "
+                             f"weights)") from None
+    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step

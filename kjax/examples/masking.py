@@ -8,16 +8,16 @@ per unit: 80 % [MASK], 10 % random tokens, 10 % unchanged.
 
 When model positions are not tokens — multi-hot morphemes, or SHAKE's
 variant 6, where a postposition shares its substantive's position (METHODS
-§1.5, 6) — masking first finds the positions, then chooses units made of
-*whole positions*: the smallest runs that hold whole masking units and whole
-positions (학교/에서 merged is one position, so masking the morpheme 학교
-masks 에서 with it; masking only 학교 would leave 에서 visible in the very
-position whose targets include it). The budget then counts positions, the
-prediction slots. kjax.shake depends only on kjax.morph, so reading the
-merged positions from it here is no upward import.
+§1.5, 6) — the input mode (kjax/inputs) passes each token's position, and
+masking chooses units made of *whole positions*: the smallest runs that hold
+whole masking units and whole positions (학교/에서 merged is one position, so
+masking the morpheme 학교 masks 에서 with it; masking only 학교 would leave 에서
+visible in the very position whose targets include it). The budget then
+counts positions, the prediction slots.
 
-The same function serves static masking (at `prepare`, stored) and dynamic
-masking (in the loader). Static masks draw from `static_mask_rng`: one
+The same functions serve static masking (at `prepare`, stored) and dynamic
+masking (in the loader), both through the input mode's `mask`
+(kjax.inputs.mask_example). Static masks draw from `static_mask_rng`: one
 stream per (seed, split, chunk, example, copy), so no two examples of a
 dataset share one; dynamic masks from grain's per-record generator.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from kjax.shake.variants import merged_units
 from kjax.tokens.sentencepiece import MASK, NUM_SPECIAL
 
 UNIT_KEYS = {"eojeol": "word_ids", "morpheme": "morph_ids", "token": None}
@@ -36,23 +35,13 @@ def unit_key(config) -> str | None:
     return UNIT_KEYS[config.data.mask_unit]
 
 
-def model_positions(example: dict, config) -> np.ndarray | None:
-    """Per token, the model position it feeds (-1: special), when positions
-    are not tokens: morphemes (multi-hot), or merged units (variant 6)."""
-    mode = config.model.input_mode
-    if mode == "merged":
-        return np.asarray(merged_units(example)["morph_ids"])
-    return np.asarray(example["morph_ids"]) if mode == "multihot" else None
-
-
-def mask_example(example: dict, config, rng: np.random.Generator,
-                 position_ids: np.ndarray | None = None) -> dict:
+def mask_tokens(example: dict, config, rng: np.random.Generator,
+                position_ids: np.ndarray | None = None) -> dict:
     """Adds masks to an example: input_ids masked, mlm_positions (token
     positions) and mlm_ids (their original ids). Specials are never masked.
-    `position_ids`: model_positions(example, config), when the caller has them."""
+    `position_ids`: per token, the model position it feeds (-1: special), when
+    positions are not tokens (the input mode's `mask_positions`)."""
     d, key = config.data, unit_key(config)
-    if position_ids is None:
-        position_ids = model_positions(example, config)
     masked, positions, targets = choose_masks(
         example["input_ids"], example[key] if key else None, example["word_ids"] >= 0, rng,
         d.masked_lm_prob, d.max_predictions_per_seq, config.model.vocab_size,

@@ -23,9 +23,10 @@ import os
 
 import numpy as np
 
-from kjax.train.state import restore_params
+from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
+from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 
 # (transformers suffix, kjax path inside the module that owns it, conversion kind)
@@ -155,7 +156,7 @@ def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
         max_position_embeddings=enc.max_position_embeddings,
         type_vocab_size=enc.type_vocab_size, initializer_range=enc.initializer_range,
         layer_norm_eps=enc.layer_norm_eps, pad_token_id=0, tie_word_embeddings=True,
-        architectures=[architecture], dtype=dtype,
+        architectures=[architecture], dtype=dtype, kjax_input_mode=enc.input_mode,
         kjax_shake_factor=list(enc.shake_factor) or [0.0] * enc.num_layers)
     return mx.multihot_config(kwargs, enc) if mx.is_multihot(enc) else BertConfig(**kwargs)
 
@@ -282,6 +283,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     from kjax import paths
     from kjax.export.tokenizer_export import export_tokenizer
     from kjax.tokens.factory import local_tokenizer
+    input_mode(config).export_check(config)   # a mode transformers cannot run: one line
     enc = EncoderConfig.from_config(config.model)
     params, step = restore_params(config, workdir, step)
     # transformers writes and reads local folders: a gs:// --out is written to a

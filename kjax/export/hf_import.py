@@ -32,6 +32,7 @@ import numpy as np
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
+from kjax.inputs import MODES, input_mode
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
                                    _set, module_from_torch, stack_layers)
 from kjax.model.config import EncoderConfig
@@ -110,9 +111,21 @@ def encoder_config(hf: dict, scan_layers: bool) -> EncoderConfig:
         layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
         initializer_range=hf.get("initializer_range", 0.02),
         dtype="float32", scan_layers=scan_layers,
-        **(dict(input_mode="multihot", num_pos_tags=hf["num_pos_tags"],
+        input_mode=imported_input_mode(hf),
+        **(dict(num_pos_tags=hf["num_pos_tags"],
                 max_tokens_per_morpheme=hf["max_tokens_per_morpheme"])
            if hf["model_type"] == mx.MODEL_TYPE else {}))
+
+
+def imported_input_mode(hf: dict) -> str:
+    """The input mode a folder was exported from (config.json's kjax_input_mode;
+    before it was recorded: multihot for kjax_multihot, else onehot)."""
+    name = hf.get("kjax_input_mode") or ("multihot" if hf["model_type"] == mx.MODEL_TYPE
+                                         else "onehot")
+    if name not in MODES:
+        raise KjaxError(f"{hf.get('_dir', '--hf')}/config.json: kjax_input_mode={name!r} is not an input "
+                        f"mode of this kjax ({', '.join(MODES)})")
+    return name
 
 
 def position_offset(hf: dict) -> int:
@@ -204,12 +217,13 @@ def kjax_config(base, enc: EncoderConfig, name: str):
                 "attention_dropout_rate", "layer_norm_eps", "initializer_range", "scan_layers",
                 "input_mode", "num_pos_tags", "max_tokens_per_morpheme"):
         m[key] = getattr(enc, key)
-    if mx.is_multihot(enc):   # what validate() requires of a multi-hot model
-        config.tokenizer.scheme = "multihot"
-        if config.train.mlm_loss == "ce":
-            config.train.mlm_loss = "eq9"
-        if config.data.mask_unit == "token":
-            config.data.mask_unit = "morpheme"
+    mode = input_mode(enc.input_mode)   # what the mode requires of the base config
+    if config.tokenizer.scheme not in mode.schemes:
+        config.tokenizer.scheme = mode.schemes[0]
+    if config.train.mlm_loss not in mode.mlm_losses:
+        config.train.mlm_loss = mode.mlm_losses[0]
+    if config.tokenizer.scheme == "multihot" and config.data.mask_unit == "token":
+        config.data.mask_unit = "morpheme"   # a token unit would split its morphemes
     config.name = name
     if not mx.is_multihot(enc):   # multihot: tokenizer.vocab_size is the BPE size (§2.1)
         config.tokenizer.vocab_size = enc.vocab_size
@@ -218,7 +232,7 @@ def kjax_config(base, enc: EncoderConfig, name: str):
 
 
 def write_config_file(config, path: str, source: str) -> None:
-    from kjax.run_config import write_config_file as write
+    from kjax.config.recorded import write_config_file as write
     write(config, path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
                         f"(model.*) on top of the base config. The tokenizer is not converted:\n"
                         f"see docs/EXPORT.md.")
@@ -245,7 +259,7 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     """Converts `hf_dir` and writes `workdir/checkpoints/0` + a config file."""
     import jax
     from kjax.checkpoint.manager import Checkpointer
-    from kjax.config import validate
+    from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import abstract_state, make_model, make_optimizer
     hf = {**read_hf_config(hf_dir), "_dir": hf_dir}
@@ -253,7 +267,7 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     tensors = read_hf_weights(hf_dir)
     found, missing, unused = hf_to_params(tensors, hf, enc)
     config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
-    validate(config)
+    check_config(config)
     ckpt_dir = paths.join(workdir, "checkpoints")
     if paths.listdir(ckpt_dir):
         raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")

@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 
+from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 
 MULTIHOT_EMBEDDINGS = (
@@ -26,7 +27,9 @@ MULTIHOT_INPUTS = ("token_position", "token_inpos", "position_tags")
 
 
 def is_multihot(enc: EncoderConfig) -> bool:
-    return enc.input_mode == "multihot"
+    """Whether the model's input mode exports as a kjax multi-hot model (its
+    `export_format`, kjax/inputs)."""
+    return input_mode(enc.input_mode).export_format == MODEL_TYPE
 
 
 def architecture(with_heads: bool) -> str:

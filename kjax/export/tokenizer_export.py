@@ -269,7 +269,7 @@ class KjaxMultihotTokenizer(_KiwiTokenizer):
         `position_tags`/`token_type_ids`/`attention_mask` per morpheme position;
         both axes padded to the longest example (or `max_length`)."""
         import numpy as np
-        from kjax.batches.multihot import to_multihot
+        from kjax.inputs.segments import to_multihot
         from kjax.examples.pairs import assemble
         from kjax.tokens.sentencepiece import TOKEN_ARRAYS
         texts = [text] if isinstance(text, str) else list(text)

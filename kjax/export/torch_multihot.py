@@ -8,7 +8,7 @@ token stream with, per token, its position and its place in the morpheme:
     T_k     = Σ_i E_tok[t_i] ⊙ E_inpos[i]                        (Eq. 3)
     Input_k = T_k + E_pos[k] + E_postag[tag_k] + E_type[type_k]   (Eq. 4)
 
-Inputs (kjax's multi-hot batch, kjax/batches/multihot.py):
+Inputs (kjax's multi-hot batch, kjax/inputs/segments.py):
     input_ids       [b, t]  the flat token stream (kjax: token_ids)
     token_position  [b, t]  the position (morpheme) each token belongs to; -1 = filler
     token_inpos     [b, t]  the token's index inside its morpheme

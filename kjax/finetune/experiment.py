@@ -15,16 +15,46 @@ import jax
 import numpy as np
 
 from kjax import paths
-from kjax.config import ConfigDict
+from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
-from kjax.finetune.config import validate_finetune
 from kjax.finetune.features import Encoder
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
+from kjax.inputs import input_mode
+from kjax.objectives import check_config
 from kjax.parallel.mesh import make_mesh
 from kjax.tokens.factory import load_tokenizer
+
+# Each task's metrics (finetune.select_metric picks one; "" = metrics.PRIMARY).
+TASK_METRICS = {
+    "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
+    "regress": ("pearson", "spearman", "f1", "mse"),
+    "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
+}
+
+
+def finetune_settings(assignments=(), config=None) -> ConfigDict:
+    """`config.finetune` (default: the defaults') with `finetune.KEY=VALUE`
+    assignments applied and checked (programmatic use; the command line sets
+    them as --config.finetune.KEY=VALUE like any other key)."""
+    tree = copy.deepcopy(config) if config is not None else defaults()
+    apply_overrides(tree, [f"--config.{a.removeprefix('--config.')}" for a in assignments])
+    validate(tree)
+    return tree.finetune
+
+
+def check_task_settings(ft, config, task: str) -> None:
+    """What the finetune section must satisfy for this model and task (the
+    section alone is checked when the config loads)."""
+    m = config.model
+    if ft.max_seq_len > m.max_position_embeddings:
+        raise KjaxError(f"finetune.max_seq_len={ft.max_seq_len} exceeds "
+                        f"model.max_position_embeddings={m.max_position_embeddings}")
+    if ft.select_metric and task and ft.select_metric not in TASK_METRICS[task]:
+        raise KjaxError(f"finetune.select_metric={ft.select_metric!r} is not a {task} metric; "
+                        f"choose one of {', '.join(TASK_METRICS[task])}")
 
 
 def load_splits(task: str, train: str, dev: str | None, test: str | None, fmt: str,
@@ -78,10 +108,10 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
                fmt: str = "auto", tokenizer=None) -> FineTuner:
     """Checks the settings, reads and tokenizes the data once, builds the mesh:
     the FineTuner every run of the experiment shares."""
-    validate_finetune(ft, config, task)
-    if config.model.get("input_mode", "onehot") != "onehot":
-        raise KjaxError(f"model.input_mode={config.model.input_mode!r}: fine-tuning supports "
-                        f"one token per position (onehot) only so far; fine-tune a onehot model")
+    check_config(config)
+    mode = input_mode(config)
+    mode.finetune_check(config)   # a mode fine-tuning cannot run yet: one line, nothing run
+    check_task_settings(ft, config, task)
     # The data first: a wrong file should cost a one-line error, not a mesh and a model.
     splits = load_splits(task, train, dev, test, fmt, ft)
     names = label_names(task, list(splits.values()))
@@ -100,6 +130,9 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
     encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
     features = {k: encoder.encode(v) for k, v in splits.items()}
+    for feats in features.values():   # e.g. shared_position: a postposition's shared ids
+        feats.position_ids = mode.finetune_position_ids(feats.units, feats.lengths,
+                                                        ft.max_seq_len, config)
     data = TaskData(task, names, splits, features)
     init = None if (init or "").lower() in NO_INIT else init
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft))

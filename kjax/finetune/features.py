@@ -40,6 +40,7 @@ class Features:
     token_spans: list[list[tuple[int, int]]]   # ner: per kept token (specials excluded)
     truncated: int = 0              # examples that lost tokens to max_seq_len
     aligned_tokens: float = 0.0     # POS from Kiwi: share of tokens lined up with a morpheme
+    position_ids: np.ndarray | None = None   # [n, seq] when the input mode sets them
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -191,6 +192,8 @@ def make_batch(feats: Features, rows: Sequence[int], shake_cfg=None,
     batch = {"input_ids": feats.input_ids[rows], "token_type_ids": feats.token_type_ids[rows],
              "attention_mask": feats.attention_mask[rows], "labels": feats.labels[rows],
              "weights": real.astype(np.float32)}
+    if feats.position_ids is not None:   # the input mode's (shared_position: SHAKE variant 5)
+        batch["position_ids"] = feats.position_ids[rows]
     if shake_cfg is not None:
         batch["shake"] = shake_matrices(feats, rows, shake_cfg, seed_parts, real)
     return batch

@@ -23,6 +23,11 @@ from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining, dense
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+OPTIONAL_INPUTS = ("position_ids", "shake")   # the input mode's position ids; SHAKE's B
+
+
+def model_inputs(batch: dict) -> dict:
+    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch}
 
 
 class TaskModel(nn.Module):
@@ -37,8 +42,9 @@ class TaskModel(nn.Module):
         self.dropout = nn.Dropout(self.classifier_dropout)
         self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, shake=None):
-        hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, shake=shake)
+    def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None):
+        hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
+                                     shake=shake)
         x = hidden if self.task == "ner" else jnp.tanh(self.bert.pooler(hidden[:, 0]))
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)

@@ -23,8 +23,8 @@ from kjax.checkpoint.recovery import restore_newest
 from kjax.errors import KjaxError
 from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
-from kjax.finetune.trainer import FineTuner, bf_key, on_mesh, write_json
-from kjax.parallel.mesh import put_batch
+from kjax.finetune.trainer import FineTuner, bf_key, write_json
+from kjax.parallel.mesh import on_mesh, put_batch
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import MetricWriter
 
@@ -44,7 +44,7 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                         ft.checkpoint_every or tuner.eval_every, ft.keep_checkpoints)
     keys = [bf_key(bf) for bf in bf_infers]
     settings = run_settings(tuner, seed, bf_train, bf_infers)
-    with on_mesh(tuner.mesh):
+    with on_mesh(tuner.mesh, tuner.config):
         found = None
         if ckpt.all_steps():  # the newest step that verifies; damaged ones are moved aside
             target = {**tuner.abstract_state(),

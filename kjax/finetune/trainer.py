@@ -13,7 +13,6 @@ inference bf (METHODS §1.4: set independently).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -27,12 +26,12 @@ import optax
 from kjax.config import ConfigDict
 from kjax.finetune.bio import token_to_char_tags
 from kjax.finetune.features import Features, make_batch
-from kjax.finetune.heads import MODEL_INPUTS, make_task_model, task_loss, task_predictions
+from kjax.finetune.heads import make_task_model, model_inputs, task_loss, task_predictions
 from kjax.finetune.metrics import PRIMARY, baseline_predictions, task_metrics
 from kjax.finetune.pretrained import restore_pretrained_params
 from kjax.finetune.tasks import Example
-from kjax.parallel.mesh import (LOGICAL_RULES, batch_sharding, logical_sharding, put_batch,
-                                replicated)
+from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
+                                put_batch, replicated)
 from kjax.train.state import make_optimizer
 
 TRAIN_SALT, EVAL_SALT = 0, 1   # keep training and inference draws of B apart
@@ -100,11 +99,12 @@ class FineTuner:
 
     def _state_shardings(self):
         abstract = jax.eval_shape(self._boxed_state, jax.random.key(0))
-        with nn.logical_axis_rules(LOGICAL_RULES):
-            return logical_sharding(self.mesh, nn.get_partition_spec(abstract))
+        rules = logical_rules(self.config)
+        with nn.logical_axis_rules(rules):
+            return logical_sharding(self.mesh, nn.get_partition_spec(abstract), rules)
 
     def _context(self):
-        return on_mesh(self.mesh)
+        return on_mesh(self.mesh, self.config)
 
     def pretrained_bert(self):
         """The encoder subtree of the --init checkpoint, restored once."""
@@ -147,8 +147,8 @@ class FineTuner:
                 rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
 
                 def loss_fn(params):
-                    out = model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS),
-                                      shake=batch.get("shake"), rngs={"dropout": rng})
+                    out = model.apply({"params": params}, **model_inputs(batch),
+                                      rngs={"dropout": rng})
                     return task_loss(task, out, batch)
 
                 loss, grads = jax.value_and_grad(loss_fn)(state["params"])
@@ -167,8 +167,7 @@ class FineTuner:
             model, task = self.model(bf, True), self.task
 
             def step(params, batch):
-                out = model.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS),
-                                  shake=batch.get("shake"))
+                out = model.apply({"params": params}, **model_inputs(batch))
                 return task_predictions(task, out)
 
             self._eval_steps[bf] = jax.jit(
@@ -228,13 +227,6 @@ class FineTuner:
         preds = baseline_predictions(self.task, train_gold, self.data.gold(split))
         return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
                             self.ft.sts_threshold)
-
-
-@contextlib.contextmanager
-def on_mesh(mesh):
-    """The mesh and the logical rules, as every jit call here needs."""
-    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
-        yield
 
 
 def write_json(path: str, obj) -> None:

@@ -307,3 +307,16 @@ class KnowledgeBase:
         return {"hypernym_entries": len(self.hypernyms),
                 "sense_vector_entries": len(self.sense_vectors),
                 "sense_dim": self.sense_dim, "case_frame_entries": len(self.case_frames)}
+
+
+def load_knowledge_base(config) -> KnowledgeBase:
+    """The resources `config.knowledge` names ("" = the samples shipped with
+    kjax), checked against knowledge.sense_dim when the sense head is on."""
+    g = config.knowledge
+    files = {key: g[key] or os.path.join(DATA_DIR, name) for key, name in SAMPLE_FILES.items()}
+    kb = KnowledgeBase.load(**files)
+    if g.sense_weight > 0 and kb.sense_dim != g.sense_dim:
+        raise KjaxError(f"{files['sense_vectors']} has {kb.sense_dim}-dim vectors but "
+                        f"knowledge.sense_dim={g.sense_dim}; set --config.knowledge.sense_dim="
+                        f"{kb.sense_dim}")
+    return kb

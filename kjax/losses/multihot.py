@@ -91,7 +91,7 @@ def multihot_summed_ce(logits, target_ids, target_mask, weights):
     return _weighted_mean(per_position, weights), per_position
 
 
-_LOSSES: dict[str, LossFn] = {
+LOSSES: dict[str, LossFn] = {
     "eq9": multihot_softmax_ce,
     "bce": multihot_bce,
     "summed_ce": multihot_summed_ce,
@@ -101,10 +101,10 @@ _LOSSES: dict[str, LossFn] = {
 def get_multihot_loss(name: str) -> LossFn:
     """'eq9' (METHODS Eq. 7–9) | 'bce' | 'summed_ce' (Table 14 ablations)."""
     try:
-        return _LOSSES[name]
+        return LOSSES[name]
     except KeyError:
         raise ValueError(f"unknown multi-hot loss {name!r}; choose one of "
-                         f"{', '.join(sorted(_LOSSES))}") from None
+                         f"{', '.join(sorted(LOSSES))}") from None
 
 
 def multihot_accuracy(logits, target_ids, target_mask, weights):

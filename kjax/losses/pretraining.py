@@ -2,6 +2,9 @@
 
 MLM logits exist only at the gathered masked positions ([b, p, V]); padded
 prediction slots have weight 0 and count nowhere.
+
+The train and eval steps sum the objectives of kjax/objectives; the explicit
+composition `pretraining_loss` below is what the tests hold them to.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ def multihot_mlm(logits, batch, name: str):
 
 def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: str = "ce",
                      knowledge_weights: dict | None = None):
-    """MLM + nsp_weight·NSP (+ Σ weight·knowledge loss, METHODS §2.5)."""
+    """MLM + nsp_weight·NSP (+ Σ weight·knowledge loss, METHODS §2.5), written out
+    by hand: the reference for kjax.objectives.pretraining_loss."""
     if mlm == "ce":
         mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
                                         batch["mlm_weights"])

@@ -41,22 +41,10 @@ from jax.sharding import PartitionSpec as P
 
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash_shake import MASK_VALUE, flash_attention
-
-# The batch keys of B's pairs layout (kjax/shake/matrix.py) → the model's names.
-SHAKE_PAIR_KEYS = {"shake_key_start": "key_start", "shake_key_end": "key_end",
-                   "shake_weight": "weight"}
+from kjax.shake.matrix import SHAKE_PAIR_KEYS, shake_from_batch
 
 __all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",
            "fused_attention", "logits_mask", "shake_from_batch"]
-
-
-def shake_from_batch(batch: dict):
-    """B as the model takes it: the dense array, the pairs dict, or None."""
-    if "shake" in batch:
-        return batch["shake"]
-    if "shake_weight" in batch:
-        return {name: batch[key] for key, name in SHAKE_PAIR_KEYS.items()}
-    return None
 
 
 def dense_shake(shake, seq_len: int):

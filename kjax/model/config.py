@@ -6,8 +6,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
-# model.attention_impl: which attention runs (kjax/model/attention_core.py).
-ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
+from kjax.config.schema import ATTENTION_IMPLS  # noqa: F401 (kjax/model/attention_core.py)
+from kjax.inputs import input_mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class EncoderConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
-    input_mode: str = "onehot"        # or "multihot" (METHODS §2.3, Eq. 3–4), "merged" (§1.5 v6)
+    input_mode: str = "onehot"        # a mode of kjax/inputs; it names the embedding path
     num_pos_tags: int = 64
     max_tokens_per_morpheme: int = 16
     # Knowledge heads (METHODS §2.5), pretraining only.
@@ -49,6 +49,12 @@ class EncoderConfig:
     @property
     def weight_dtype(self):
         return jnp.dtype(self.param_dtype)
+
+    @property
+    def embedding(self) -> str:
+        """The embedding path (kjax.model.encoder.EMBEDDINGS) the input mode uses:
+        the model branches on this, never on mode names."""
+        return input_mode(self.input_mode).embedding
 
     @property
     def shakes(self) -> bool:

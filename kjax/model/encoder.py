@@ -18,6 +18,18 @@ from kjax.model.knowledge_heads import KnowledgeHeads
 from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
 
 
+# How positions are embedded (each input mode of kjax/inputs names one):
+#   tokens                    E_tok[input_ids]: one token per position (BERT)
+#   segment_sum               Σ E_tok over a position's tokens (SHAKE §1.5, 6)
+#   segment_sum_inpos_postag  Σ_i E_tok[t_i] ⊙ E_inpos[i], + E_postag (METHODS Eq. 3–4)
+EMBEDDINGS = ("tokens", "segment_sum", "segment_sum_inpos_postag")
+
+
+def padding_bias(attention_mask: jax.Array) -> jax.Array:
+    """[b, k] 1/0 mask → additive fp32 bias: padded keys get a large negative."""
+    return jnp.where(attention_mask > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
 class Embeddings(nn.Module):
     config: EncoderConfig
     deterministic: bool = True
@@ -35,7 +47,9 @@ class Embeddings(nn.Module):
                                          "position_embeddings")
         self.token_type_embeddings = table(cfg.type_vocab_size, (None, "embed"),
                                            "token_type_embeddings")
-        if cfg.input_mode == "multihot":
+        if cfg.embedding not in EMBEDDINGS:
+            raise ValueError(f"embedding path {cfg.embedding!r}; the model has {EMBEDDINGS}")
+        if cfg.embedding == "segment_sum_inpos_postag":
             # E_inpos multiplies E_tok element-wise (Eq. 3): start near 1 so a
             # morpheme's tokens begin as their plain embeddings.
             near_one = lambda key, shape, dtype: 1.0 + nn.initializers.truncated_normal(  # noqa
@@ -56,7 +70,7 @@ class Embeddings(nn.Module):
             tokens = self.morpheme_vectors(multihot, token_type_ids.shape[-1])
         x = tokens + self.position_embeddings(position_ids) + \
             self.token_type_embeddings(token_type_ids)
-        if multihot is not None and self.config.input_mode == "multihot":
+        if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
         return self.dropout(self.layer_norm(x), deterministic=self.deterministic), x
 
@@ -67,7 +81,7 @@ class Embeddings(nn.Module):
         postposition become one position whose embedding is the sum of theirs."""
         cfg = self.config
         vectors = self.word_embeddings(multihot["token_ids"])
-        if cfg.input_mode == "multihot":
+        if cfg.embedding == "segment_sum_inpos_postag":
             inpos = jnp.minimum(multihot["token_inpos"], cfg.max_tokens_per_morpheme - 1)
             vectors = vectors * self.inpos_embeddings(inpos)
         owner = multihot["token_position"]

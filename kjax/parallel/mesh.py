@@ -1,8 +1,9 @@
 """The device mesh and the logical-axis rules (MaxText style).
 
 Model code names axes logically (`embed`, `heads`, `mlp`, `vocab`, ...);
-the rules below map those names onto mesh axes. Changing how a model is
-sharded means editing these rules or the mesh shape, never the model.
+the rules, `mesh.rules` in the config (default: kjax/config/schema.py
+LOGICAL_RULES), map those names onto mesh axes. Changing how a model is
+sharded means changing the rules or the mesh shape, never the model.
 
     data    pure data parallelism: params replicated, batch split
     fsdp    batch split too, and params/optimizer state sharded on `embed`
@@ -10,6 +11,7 @@ sharded means editing these rules or the mesh shape, never the model.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import flax.linen as nn
@@ -18,22 +20,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from kjax.config.schema import LOGICAL_RULES, MESH_AXES
 from kjax.errors import KjaxError
 
-MESH_AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")   # the loader feeds each process whole data×fsdp shards
 
-LOGICAL_RULES = (
-    ("batch", BATCH_AXES),
-    ("length", None),
-    ("act_embed", None),     # activations keep the hidden axis whole
-    ("embed", "fsdp"),       # parameters: FSDP shards the hidden axis
-    ("vocab", "tensor"),
-    ("heads", "tensor"),
-    ("kv", None),
-    ("mlp", "tensor"),
-    ("layers", None),
-)
+
+def logical_rules(config) -> tuple:
+    """`mesh.rules` as flax wants them: (name, mesh axis | tuple | None) pairs."""
+    return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                 for name, axes in config.mesh.rules)
+
+
+@contextlib.contextmanager
+def on_mesh(mesh, config):
+    """The mesh and the config's logical rules, as every jit call needs."""
+    with jax.set_mesh(mesh), nn.logical_axis_rules(logical_rules(config)):
+        yield
 
 
 # Environment that turns a run into one process of a multi-process job.
@@ -169,9 +172,9 @@ def check_batch_layout(mesh) -> None:
                             f"one host's devices")
 
 
-def logical_sharding(mesh, logical_specs):
+def logical_sharding(mesh, logical_specs, rules=LOGICAL_RULES):
     """Pytree of logical PartitionSpecs → pytree of NamedShardings."""
-    return nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_RULES)
+    return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)
 
 
 def batch_sharding(mesh) -> NamedSharding:

@@ -190,6 +190,28 @@ def build_shake_pairs(encoded: dict, seq_len: int, shake_cfg, rng=None) -> dict:
     return {"shake_key_start": start, "shake_key_end": end, "shake_weight": weight.astype(B_DTYPE)}
 
 
+def build_b(encoded: dict, seq_len: int, shake_cfg, rng=None) -> dict:
+    """B for one example as the batch carries it, in the config's layout
+    (`shake.layout`): {"shake": dense} or the three pairs arrays."""
+    if shake_cfg.get("layout", "dense") == "pairs":   # O(seq): see the module doc
+        return build_shake_pairs(encoded, seq_len, shake_cfg, rng)
+    return {"shake": build_shake_matrix(encoded, seq_len, shake_cfg, rng)}
+
+
+# The batch keys of B's pairs layout → the model's names (kjax/model/attention_core.py).
+SHAKE_PAIR_KEYS = {"shake_key_start": "key_start", "shake_key_end": "key_end",
+                   "shake_weight": "weight"}
+
+
+def shake_from_batch(batch: dict):
+    """B as the model takes it from a batch: the dense array, the pairs dict, or None."""
+    if "shake" in batch:
+        return batch["shake"]
+    if "shake_weight" in batch:
+        return {name: batch[key] for key, name in SHAKE_PAIR_KEYS.items()}
+    return None
+
+
 def pairs_to_dense(pairs: dict) -> np.ndarray:
     """The dense B [..., seq, seq] (float32) a pairs-layout example (or batch) stands for."""
     start, end = pairs["shake_key_start"], pairs["shake_key_end"]

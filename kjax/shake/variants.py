@@ -29,7 +29,7 @@ def merged_units(example: dict) -> dict:
     embeddings. Returned is `example` with `morph_ids` rewritten to one unit
     per position (each token alone, except a group 1-2 postposition's tokens,
     which join the substantive's last token) and `inpos` zeroed, so the
-    multi-hot segment sum (kjax.batches.multihot) does the merging.
+    segment sum (kjax.inputs.segments) does the merging.
 
     A postposition merges only when it directly follows its substantive
     (학교/에서); with a suffix between them (학생/들/이) it stays apart, since

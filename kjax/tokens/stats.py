@@ -202,33 +202,3 @@ def corpus_stats(config, corpus: str | None = None, max_sentences: int | None = 
     out.update(tokenizer=tokenizer_file(config), vocab_size=tokenizer.vocab_size, corpus=spec,
                skipped_lines=reading.skipped)
     return out
-
-
-def format_stats(s: dict) -> str:
-    from kjax.inspect_text import format_table
-    pct = lambda x: "—" if x is None else f"{100 * x:.2f}%"  # noqa: E731
-    c = s["counts"]
-    cols = [*POS_CLASSES, "all"]
-    rows = [["morphemes", *(f"{c[k]['morphemes']:,}" for k in cols)],
-            ["split into >= 2 tokens", *(pct(s["split_share"][k]) for k in cols)],
-            ["holding [UNK]", *(pct(c[k]["with_unk"] / c[k]["morphemes"] if c[k]["morphemes"]
-                                    else 0.0) for k in cols)]]
-    head = (f"{s['scheme']} tokenizer {s['tokenizer']} ({s['vocab_size']:,} tokens) on "
-            f"{s['corpus']}: {s['sentences']:,} sentences, {s['chars']:,} chars, "
-            f"{s['tokens']:,} tokens ({s['tokens_per_morpheme']:.2f} per morpheme)")
-    tail = [f"[UNK] tokens: {pct(s['unk_token_rate'])} of tokens",
-            f"bare ▁ tokens: {pct(s['bare_space_share'])} of tokens",
-            f"morphemes as token sets: {pct(s['token_set_share'])}",
-            f"tokens crossing a morpheme boundary: {pct(s['crossing_share'])}"]
-    return "\n".join([head, format_table(["", *cols], rows), *tail])
-
-
-def run_stats(config, corpus: str | None, json_path: str | None,
-              max_sentences: int | None) -> dict:
-    result = corpus_stats(config, corpus, max_sentences)
-    print(format_stats(result))
-    if json_path:
-        from kjax import paths
-        paths.write_json(json_path, result)   # local or a URL
-        print(f"written to {json_path}")
-    return result

@@ -12,9 +12,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from kjax import objectives
+from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
-from kjax.parallel.mesh import LOGICAL_RULES, logical_sharding
+from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
 
 
 def learning_rate_schedule(train_cfg) -> optax.Schedule:
@@ -54,19 +56,15 @@ def make_model(config, deterministic: bool, return_analysis: bool = False):
                               deterministic=deterministic, return_analysis=return_analysis)
 
 
+MODEL_ARGS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")
+
+
 def dummy_inputs(config, batch_size: int = 1):
-    """(positional args, keyword args) that trace every parameter at init."""
-    s, p = config.data.max_seq_len, config.data.max_predictions_per_seq
-    ids = jnp.zeros((batch_size, s), jnp.int32)
-    kwargs = {}
-    if config.model.input_mode in ("multihot", "merged"):
-        kwargs["multihot"] = {"token_ids": ids, "token_position": ids, "token_inpos": ids,
-                              "position_tags": ids}
-    g = config.knowledge
-    kwargs["knowledge_positions"] = {
-        "hyp_positions": jnp.zeros((batch_size, g.max_hypernym), jnp.int32),
-        "sense_positions": jnp.zeros((batch_size, g.max_sense), jnp.int32)}
-    return (ids, ids, jnp.ones_like(ids), jnp.zeros((batch_size, p), jnp.int32)), kwargs
+    """(positional args, keyword args) that trace every parameter at init: the
+    input mode's inputs and every objective's (kjax/inputs, kjax/objectives)."""
+    kwargs = {**input_mode(config).dummy_inputs(config, batch_size),
+              **objectives.dummy_inputs(config, batch_size)}
+    return tuple(kwargs.pop(k) for k in MODEL_ARGS), kwargs
 
 
 def _init_fn(config, model, tx):
@@ -82,14 +80,15 @@ def _init_fn(config, model, tx):
 def state_shardings(config, mesh, model, tx):
     """NamedShardings for every leaf of the state, from the logical axis names."""
     abstract = jax.eval_shape(_init_fn(config, model, tx), jax.random.key(0))
-    with nn.logical_axis_rules(LOGICAL_RULES):
-        return logical_sharding(mesh, nn.get_partition_spec(abstract))
+    rules = logical_rules(config)
+    with nn.logical_axis_rules(rules):
+        return logical_sharding(mesh, nn.get_partition_spec(abstract), rules)
 
 
 def init_state(config, mesh, model, tx):
     shardings = state_shardings(config, mesh, model, tx)
     init = _init_fn(config, model, tx)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(LOGICAL_RULES):
+    with on_mesh(mesh, config):
         state = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=shardings)(
             jax.random.key(config.train.seed))
     return state, shardings
@@ -102,30 +101,3 @@ def abstract_state(config, mesh, model, tx):
                             jax.random.key(0))
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         shapes, shardings), shardings
-
-
-def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
-    """(params as numpy arrays on the host, step) of WORKDIR/checkpoints for the
-    tools that need only them (`kjax export`, `kjax analyze`): the given step
-    or the newest that verifies (kjax/checkpoint/recovery.py)."""
-    import numpy as np
-
-    from kjax import paths
-
-    from kjax.checkpoint.manager import ConfigMismatch
-    from kjax.checkpoint.restore import restore_read_only
-    from kjax.parallel.mesh import make_mesh
-    directory = paths.join(workdir, "checkpoints")
-    target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
-                               make_optimizer(config.train))
-    try:
-        state, _, step = restore_read_only(directory, target, step, hint=(
-            f"train first (`kjax train --workdir {workdir}`) or pass the --workdir that "
-            f"holds them"))
-    except ConfigMismatch as e:
-        saved = paths.join(workdir, "kjax_config.py")
-        hint = f" (recorded in {saved}: leave --config out to use it)" if paths.isfile(saved) else ""
-        raise ConfigMismatch(f"{e}; pass the --config and --config.* overrides the run was "
-                             f"trained with{hint} (model sizes, model.input_mode, knowledge "
-                             f"weights)") from None
-    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step

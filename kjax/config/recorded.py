@@ -14,7 +14,7 @@ import pprint
 import sys
 
 from kjax import paths
-from kjax.config import ConfigDict, load_config
+from kjax.config.load import ConfigDict, load_config
 from kjax.errors import KjaxError
 
 RECORDED_CONFIG = "kjax_config.py"
@@ -26,12 +26,16 @@ def recorded_config_path(workdir: str) -> str:
 
 
 def config_file_text(config: ConfigDict, header: str) -> str:
-    """A config file (`get_config()` returning every key) with a docstring."""
-    body = "\n".join(f"    c.{key} = {pprint.pformat(value, indent=1, width=90)}"
-                     .replace("\n", "\n" + " " * 8)
-                     for key, value in config.to_dict().items())
-    return (f'"""{header}"""\nfrom kjax.config import ConfigDict\n\n\n'
-            f"def get_config():\n    c = ConfigDict()\n{body}\n    return c\n")
+    """A config file (`get_config()` setting every key on the defaults) with a
+    docstring."""
+    def line(key, value):
+        if isinstance(value, dict):
+            text = pprint.pformat(value, indent=1, width=86).replace("\n", "\n" + " " * 15)
+            return f"    c.{key}.update({text})"
+        return f"    c.{key} = {pprint.pformat(value, width=86)}"
+    body = "\n".join(line(k, v) for k, v in config.to_dict().items())
+    return (f'"""{header}"""\nfrom kjax.config import defaults\n\n\n'
+            f"def get_config():\n    c = defaults()\n{body}\n    return c\n")
 
 
 def write_config_file(config: ConfigDict, path: str, header: str) -> None:
@@ -60,8 +64,26 @@ def _summary(diffs: list[str]) -> str:
     return "; ".join(diffs[:MAX_SHOWN]) + more
 
 
+_pending: list[str] = []
+
+
 def note(message: str) -> None:
-    print(f"kjax: note: {message}", file=sys.stderr, flush=True)
+    """A note about the config a verb runs with. Held back until the run's
+    checkpoint has restored (`flush_notes`): if the verb fails before that,
+    the CLI folds the notes into its one error line instead (`take_notes`), so
+    a user error stays one line on stderr."""
+    _pending.append(message)
+
+
+def flush_notes() -> None:
+    for message in take_notes():
+        print(f"kjax: note: {message}", file=sys.stderr, flush=True)
+
+
+def take_notes() -> list[str]:
+    held = list(_pending)
+    _pending.clear()
+    return held
 
 
 def record_config(config: ConfigDict, workdir: str) -> str:

@@ -6,10 +6,11 @@
         --config tpu_configs/demo.py --out runs/ft/ner --seeds 1,2,3 --sweep \\
         --config.finetune.epochs=2 --config.finetune.shake.variant=random
 
---config gives the model, tokenizer and mesh (the pretraining config);
---config.model.*/mesh.* override those, --config.finetune.* the fine-tuning
-settings listed below (a get_finetune_config() in the --config file may set
-them too). See docs/FINETUNE.md.
+--config gives the model, tokenizer and mesh (the pretraining config: the
+run's recorded WORKDIR/kjax_config.py when left out) and the fine-tuning
+settings, its `finetune` section (below): set them in the file
+(c.finetune.KEY = VALUE) or as --config.finetune.KEY=VALUE. See
+docs/FINETUNE.md.
 """
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ import argparse
 import json
 import os
 
-from kjax.finetune.config import finetune_defaults, leaf_keys, load_finetune_config
+from kjax.config import leaves
 from kjax.finetune.tasks import FORMATS, TASKS
 
-_DEST = "finetune:"
+
+def settings_help() -> str:
+    """The finetune section's keys, defaults and meanings (the schema's)."""
+    rows = [f"  --config.{key}={node.default!r}\n      {node.meaning} ({node.allowed()})"
+            for key, node in leaves().items() if key.startswith("finetune.")]
+    return "fine-tuning settings (--config.finetune.KEY=VALUE):\n" + "\n".join(rows)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -38,8 +44,8 @@ def register(verbs, add_config) -> None:
     p = verbs.add_parser(
         "finetune", help="fine-tune a pretrained encoder on a classification, pair, "
         "regression or NER task (KLUE formats); SHAKE combinations, seeds",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False)
+        description=__doc__, epilog=settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_config(p, required=False)
     p.add_argument("--task", required=True, choices=TASKS)
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
@@ -61,13 +67,6 @@ def register(verbs, add_config) -> None:
     p.add_argument("--sweep", action="store_true", help="fine-tune bf in "
                    "finetune.shake.sweep_train × inference bf in sweep_infer (the four SHAKE "
                    "combinations by default)")
-    group = p.add_argument_group("fine-tuning settings (--config.finetune.KEY=VALUE)")
-    for key in leaf_keys(finetune_defaults()):
-        default = finetune_defaults()
-        for part in key.split("."):
-            default = default[part]
-        group.add_argument(f"--config.finetune.{key}", dest=_DEST + key, default=None,
-                           metavar="VALUE", help=f"default {default!r}")
     p.set_defaults(handler=handle)
 
 
@@ -75,10 +74,7 @@ def handle(args, config) -> int:
     from kjax.parallel.mesh import maybe_initialize_distributed
     maybe_initialize_distributed()
     from kjax.finetune.experiment import run_experiment
-    assignments = [f"finetune.{k[len(_DEST):]}={v}" for k, v in vars(args).items()
-                   if k.startswith(_DEST) and v is not None]
-    ft = load_finetune_config(args.config, assignments)
-    summary = run_experiment(config, ft, args.task, args.train, args.dev, args.test,
+    summary = run_experiment(config, config.finetune, args.task, args.train, args.dev, args.test,
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",

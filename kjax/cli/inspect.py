@@ -3,7 +3,9 @@ text — Kiwi's morphemes (tag, char span, eojeol) and the configured
 tokenizer's tokens with their per-token arrays (morph, inpos, tag, eojeol).
 
 The output is a list of sections, each printed as a table (or a key of the
-JSON object). Features add theirs by appending to `SECTIONS` a function
+JSON object): morphemes, tokens, shaking (the pairs of B, over the input
+mode's positions) and knowledge (multihot). Features add theirs to
+`SECTIONS`, a list of functions
 
     section(text, config, tokenizer, encoded) -> {"name": str, "rows": [dict], "note": str?}
 
@@ -19,28 +21,19 @@ JSON object). Features add theirs by appending to `SECTIONS` a function
 from __future__ import annotations
 
 import json
-import unicodedata
 
 import numpy as np
 
+from kjax.cli.common import format_table
+from kjax.errors import KjaxError
+from kjax.inputs import input_mode
+from kjax.inputs.knowledge import KnowledgeTargets
+from kjax.knowledge.targets import knowledge_targets
 from kjax.morph.analyzer import KoreanAnalyzer
 from kjax.morph.tags import TAGS, pos_class
-from kjax.tokens.sentencepiece import CLS, SEP
-
-
-def _width(text: str) -> int:
-    """Terminal columns: Hangul and Hanja take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def format_table(columns: list[str], rows: list[list]) -> str:
-    """A Markdown table, padded so that Korean text lines up in a terminal."""
-    cells = [[str(c) for c in columns]] + [[str(v) for v in row] for row in rows]
-    widths = [max(_width(r[i]) for r in cells) for i in range(len(columns))]
-    line = lambda r: "| " + " | ".join(v + " " * (w - _width(v))  # noqa: E731
-                                       for v, w in zip(r, widths)) + " |"
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(cells[0]), rule, *map(line, cells[1:])])
+from kjax.shake.matrix import pos_pairs, random_pairs, tag_weights
+from kjax.tokens.sentencepiece import CLS, SEP, UNK
+from kjax.tokens.stats import piece_spans
 
 
 def encode(text: str, config, tokenizer) -> dict:
@@ -69,7 +62,6 @@ def _tokens_of_morphemes(tokenizer, encoded) -> list[list[int]]:
     morphemes = encoded["morphemes"]
     if tokenizer.scheme != "sentencepiece":
         return [np.flatnonzero(encoded["morph"] == k).tolist() for k in range(len(morphemes))]
-    from kjax.tokens.stats import piece_spans
     pieces = tokenizer.sp.encode(encoded["text"], return_type="proto").pieces
     begin, end = piece_spans(encoded["text"], pieces)
     return [np.flatnonzero((begin < m.end) & (m.start < end)).tolist() for m in morphemes]
@@ -98,13 +90,89 @@ def token_section(text, config, tokenizer, encoded) -> dict:
     return {"name": "tokens", "rows": rows, "note": note}
 
 
-def _feature_sections():
-    from kjax.knowledge.inspect import knowledge_section
-    from kjax.shake.inspect import shaking_section
-    return [shaking_section, knowledge_section]
+# ---- shaking: the pairs of B (METHODS §1.3) under the configured variant ------------
+# With shake.variant "none" the POS pairs are shown all the same (marked as what
+# variant "pos" would use); the random variant draws with data.seed.
+
+def model_positions(config, encoded) -> tuple[dict, list[str]]:
+    """Per-position arrays and a label per position, as the input mode
+    (kjax/inputs) makes positions: tokens, morphemes, merged units."""
+    example = encoded["example"]
+    mode = input_mode(config)
+    positions, groups = mode.positions(example)
+    tokens = ["[CLS]", *encoded["tokens"], "[SEP]"]
+    if mode.positions_are_tokens:
+        return positions, [tokens[group[0]] for group in groups]
+    # Positions of several tokens: the forms of the morphemes they hold.
+    morph = np.concatenate([[-1], encoded["morph"], [-1]])
+    labels = []
+    for group in groups:
+        ks = list(dict.fromkeys(int(k) for k in morph[group]))
+        labels.append(tokens[group[0]] if ks == [-1] else
+                      "".join(encoded["morphemes"][k].form for k in ks if k >= 0))
+    return positions, labels
 
 
-SECTIONS = [morpheme_section, token_section, *_feature_sections()]
+def _describe(indices, labels) -> str:
+    return " ".join(f"{labels[i]}@{i}" for i in indices)
+
+
+def shaking_section(text, config, tokenizer, encoded) -> dict:
+    positions, labels = model_positions(config, encoded)
+    k = config.shake
+    if k.variant == "random":
+        maskable = np.asarray(positions["word_ids"]) >= 0
+        pairs = random_pairs(maskable, k.p, np.random.default_rng(config.data.seed))
+        note = f"variant random, p={k.p}: one draw (seed data.seed)"
+    else:
+        pairs = pos_pairs(positions["morph_ids"], positions["word_ids"], positions["tags"],
+                          tag_weights(k))
+        note = "variant pos" if k.variant == "pos" else \
+            "shake.variant is 'none': the pairs variant 'pos' would use"
+    tags = np.asarray(positions["tags"])
+    rows = [{"query": _describe(q, labels), "query tag": TAGS[int(tags[q[0]])] or "-",
+             "key": _describe(keys, labels), "weight": float(w)}
+            for q, keys, w in pairs]
+    return {"name": "shaking", "rows": rows,
+            "note": f"{note}; B[query, key] = weight, positions are model.input_mode="
+                    f"{config.model.input_mode!r}'s (label@position)"}
+
+
+# ---- knowledge (multihot scheme): the targets the loader would build (§2.5) --------
+# Nothing is masked or sampled away here: every qualifying noun is listed.
+
+def knowledge_section(text, config, tokenizer, encoded) -> dict | None:
+    if tokenizer.scheme != "multihot":
+        return None  # the knowledge objectives work on morpheme positions only
+    try:
+        builder = KnowledgeTargets(config, tokenizer)
+    except KjaxError as e:
+        return {"name": "knowledge", "rows": [], "note": f"resources not loadable: {e}"}
+    example = encoded["example"]
+    forms, tags = builder.morphemes(np.asarray(example["input_ids"]), example)
+    n = len(forms)
+    targets = knowledge_targets(forms, tags, builder.kb, tokenizer.token_to_id,
+                                np.random.default_rng(0), n, max_hypernym=n, max_sense=n,
+                                max_hypernyms_per_noun=config.knowledge.max_hypernyms_per_noun,
+                                unk_id=UNK)
+    hyp = {int(p): [tokenizer.id_to_token(int(t)) for t, ok in zip(ids, mask) if ok]
+           for p, ids, mask, used in zip(targets["hyp_positions"], targets["hyp_targets"],
+                                         targets["hyp_target_mask"], targets["hyp_mask"]) if used}
+    sense = {int(p) for p, used in zip(targets["sense_positions"], targets["sense_mask"]) if used}
+    verb = targets["verb_targets"]
+    rows = []
+    for p in range(n):
+        if p in hyp or p in sense or verb[p] >= 0:
+            rows.append({"#": p, "form": forms[p], "tag": tags[p],
+                         "hypernyms": " ".join(hyp.get(p, [])) or "-",
+                         "sense": "yes" if p in sense else "-",
+                         "verb →": f"{forms[verb[p]]}@{verb[p]}" if verb[p] >= 0 else "-"})
+    return {"name": "knowledge", "rows": rows,
+            "note": f"resources: {builder.kb.describe()}; positions are morphemes "
+                    f"([CLS] = 0)"}
+
+
+SECTIONS = [morpheme_section, token_section, shaking_section, knowledge_section]
 
 
 def inspect_text(text: str, config, tokenizer=None) -> dict:

@@ -8,7 +8,7 @@ NSP negatives are drawn from other documents of the same chunk.
 Every random choice is seeded by (data.seed, chunk index), so the output
 does not depend on how many worker processes run, and a finished shard is
 skipped when a killed job is started again. `ChunkWorker` is the per-chunk
-work; kjax/examples/beam_prepare.py runs the same class as an Apache Beam
+work; kjax/pretrain/beam_prepare.py runs the same class as an Apache Beam
 pipeline and writes byte-identical shards.
 
 Bad input never stops the job and is never dropped silently: skipped lines
@@ -29,7 +29,8 @@ from tqdm import tqdm
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.examples import records
-from kjax.examples.masking import mask_example, static_mask_rng
+from kjax.examples.masking import static_mask_rng
+from kjax.inputs import mask_example
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
 from kjax.tokens.factory import load_tokenizer, tokenizer_file

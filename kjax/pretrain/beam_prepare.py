@@ -7,7 +7,8 @@ to `kjax prepare`'s: every chunk is made by the same `ChunkWorker`, seeded by
     kjax prepare-beam --config C --beam-options="--runner=DataflowRunner --project=P \
         --region=R --temp_location=gs://B/tmp --setup_file=./setup.py"
 
-(`--beam-options=` with the `=`: its value starts with `--`.) docs/PREPARE.md
+(`--beam-options=` with the `=`: its value starts with `--`; the verb is in
+kjax/cli/pipeline.py.) docs/PREPARE.md
 has the Dataflow, Flink and Spark commands.
 
 The pipeline (all I/O through kjax/paths.py, as in `kjax prepare`: local
@@ -28,11 +29,9 @@ shipped inside the pipeline, so workers need only kjax installed.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
-import shlex
 import shutil
 import tempfile
 
@@ -40,7 +39,7 @@ from kjax import paths
 from kjax.errors import import_extra
 from kjax.text.corpus import CorpusStats, iter_documents
 
-# kjax.examples.prepare / records are imported where used: they load flax and
+# kjax.pretrain.prepare / records are imported where used: they load flax and
 # sentencepiece, and this module is imported by every `kjax` command (its verb).
 _MARKER = re.compile(r"chunk-(\d+)\.json$")
 META_FILE = "meta.json"  # = records.META_FILE (asserted in tests)
@@ -106,7 +105,7 @@ def _keyed_documents(item, first_ids: dict, docs_per_chunk: int, document_per_fi
 
 
 def _sum_counts(parts) -> dict:
-    from kjax.examples.prepare import add_counts
+    from kjax.pretrain.prepare import add_counts
     total: dict = {}
     for part in parts:
         add_counts(total, part)
@@ -123,7 +122,7 @@ def _config_from(config_dict: dict, **changes):
 
 
 def _write_meta(summed: dict, stats: dict, config_dict: dict, out_dir: str, reused: int):
-    from kjax.examples.prepare import add_counts, build_meta, new_totals
+    from kjax.pretrain.prepare import add_counts, build_meta, new_totals
     config = _config_from(config_dict)
     corpus = CorpusStats(**stats)
     totals = new_totals()
@@ -142,7 +141,7 @@ def make_chunk_fn(beam):
             self.config_dict, self.tokenizer, self.out_dir = config_dict, tokenizer, out_dir
 
         def setup(self):
-            from kjax.examples.prepare import ChunkWorker
+            from kjax.pretrain.prepare import ChunkWorker
             self.scratch = tempfile.mkdtemp(prefix="kjax-beam-")
             prefix = os.path.join(self.scratch, "tokenizer")
             for suffix, data in self.tokenizer.items():
@@ -188,7 +187,7 @@ def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
     """Runs the pipeline (blocking) and returns meta.json, as `prepare` does."""
     beam = _import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
-    from kjax.examples.prepare import check_fingerprint, check_inputs, corpus_sources
+    from kjax.pretrain.prepare import check_fingerprint, check_inputs, corpus_sources
     d = config.data
     sources = corpus_sources(config)
     check_inputs(config, sources)
@@ -198,19 +197,3 @@ def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
     with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
         build_pipeline(pipeline, config, sources, done)
     return paths.read_json(paths.join(d.dir, META_FILE))
-
-
-def register(verbs, add_config) -> None:
-    p = verbs.add_parser("prepare-beam", help="`kjax prepare` as an Apache Beam pipeline "
-                         "(DirectRunner, Dataflow, Flink, Spark); byte-identical shards")
-    add_config(p)
-    p.add_argument("--beam-options", default="", metavar="'--runner=... ...'",
-                   help="Beam pipeline options as one string; write --beam-options='--runner="
-                   "DataflowRunner --project=P ...' (with '='). Default: DirectRunner")
-    p.set_defaults(handler=_run)
-
-
-def _run(args, config) -> int:
-    meta = prepare_beam(config, shlex.split(args.beam_options))
-    print(json.dumps(meta, ensure_ascii=False, indent=2, default=str))
-    return 0

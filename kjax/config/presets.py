@@ -1,9 +1,10 @@
 """Shared builders for the preset config files in tpu_configs/ (the files
 stay short: a header with the command and the expected result, then one
-call here)."""
+call here). Each starts from the full tree, `defaults()`, and sets the keys
+it changes: a typo is an error at its line."""
 from __future__ import annotations
 
-from kjax.config import ConfigDict
+from kjax.config.load import ConfigDict, defaults
 
 # METHODS Table 13: small = 4 layers / 4 heads / 256 hidden, base = 12 / 12 / 768.
 SIZES = {"small": dict(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024),
@@ -16,20 +17,20 @@ def uknow_config(name: str, size: str, multihot: bool, objectives: tuple[str, ..
     input and objectives ① MLM ② NSP ③ hypernym ④ sense vector ⑤ verb relation."""
     unknown = set(objectives) - set(OBJECTIVES)
     assert not unknown and "mlm" in objectives, unknown
-    c = ConfigDict()
+    c = defaults()
     c.name = name
     seq = 256  # Table 13: 256 for small and for the knowledge runs of base
-    c.model = dict(vocab_size=32000, max_position_embeddings=512, **SIZES[size])
-    c.tokenizer = dict(scheme="multihot" if multihot else "morph-sp", vocab_size=32000,
+    c.model.update(vocab_size=32000, max_position_embeddings=512, **SIZES[size])
+    c.tokenizer.update(scheme="multihot" if multihot else "morph-sp", vocab_size=32000,
                        path=f"runs/{name}_data/tokenizer/vocab")
-    c.data = dict(dir=f"runs/{name}_data/examples", max_seq_len=seq, max_predictions_per_seq=40,
-                  mask_unit="morpheme")
-    c.train = dict(batch_size=128, num_steps=1_000_000, learning_rate=1e-4, warmup_steps=10_000,
-                   nsp_weight=1.0 if "nsp" in objectives else 0.0)
+    c.data.update(dir=f"runs/{name}_data/examples", max_seq_len=seq,
+                  max_predictions_per_seq=40, mask_unit="morpheme")
+    c.train.update(batch_size=128, num_steps=1_000_000, learning_rate=1e-4,
+                   warmup_steps=10_000, nsp_weight=1.0 if "nsp" in objectives else 0.0)
     if multihot:
         c.model.input_mode = "multihot"
         c.train.mlm_loss = "eq9"
-    c.knowledge = dict(hypernym_weight=1.0 if "hypernym" in objectives else 0.0,
+    c.knowledge.update(hypernym_weight=1.0 if "hypernym" in objectives else 0.0,
                        sense_weight=1.0 if "sense" in objectives else 0.0,
                        verb_weight=1.0 if "verb" in objectives else 0.0)
     return c
@@ -41,7 +42,7 @@ SHAKE_VARIANTS = {
     "pos_plus": {"model.shake_factor": 0.3, "shake.variant": "pos"},
     "pos_minus": {"model.shake_factor": -0.3, "shake.variant": "pos"},
     "random": {"model.shake_factor": 0.2, "shake.variant": "random", "shake.p": 0.08},
-    "shared_position": {"shake.position_variant": "shared_position"},
+    "shared_position": {"model.input_mode": "shared_position"},
     "merged": {"model.input_mode": "merged", "train.mlm_loss": "eq9"},
 }
 
@@ -51,21 +52,18 @@ def shake_config(variant: str) -> ConfigDict:
     NSP, dynamic masking) on a morph-sp vocabulary (every variant but the
     random one needs POS tags; all six share it so they stay comparable)."""
     name = f"shake_{variant}"
-    c = ConfigDict()
+    c = defaults()
     c.name = name
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=6, num_heads=12,
+    c.model.update(vocab_size=32000, hidden_size=768, num_layers=6, num_heads=12,
                    intermediate_size=3072, max_position_embeddings=512, layer_norm_eps=1e-5)
-    c.tokenizer = dict(scheme="morph-sp", vocab_size=32000,
+    c.tokenizer.update(scheme="morph-sp", vocab_size=32000,
                        path="runs/shake_data/tokenizer/sp")   # one vocabulary for all six
-    c.data = dict(dir="runs/shake_data/examples", max_seq_len=512, max_predictions_per_seq=80,
+    c.data.update(dir="runs/shake_data/examples", max_seq_len=512, max_predictions_per_seq=80,
                   masking="dynamic", nsp_prob=0.0, mask_unit="morpheme")
-    c.train = dict(batch_size=256, num_steps=500_000, learning_rate=6e-4, warmup_steps=24_000,
+    c.train.update(batch_size=256, num_steps=500_000, learning_rate=6e-4, warmup_steps=24_000,
                    nsp_weight=0.0, b2=0.98)
-    c.shake = ConfigDict()
     for key, value in SHAKE_VARIANTS[variant].items():
         section, leaf = key.split(".")
-        if section not in c:
-            c[section] = ConfigDict()
         c[section][leaf] = value
     return c
 
@@ -77,17 +75,17 @@ def slice_config(slice_name: str, devices: int, batch_size: int, num_steps: int,
                  learning_rate: float, seq_len: int = 512) -> ConfigDict:
     """BERT-base on one TPU slice (tpu_configs/v*.py): bf16 compute, fp32
     params, data parallel over every device, gs:// placeholders for the data."""
-    c = ConfigDict()
+    c = defaults()
     c.name = f"bert_base_{slice_name.replace('-', '_')}"
-    c.model = dict(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
+    c.model.update(vocab_size=32000, hidden_size=768, num_layers=12, num_heads=12,
                    intermediate_size=3072, max_position_embeddings=512,
                    dtype="bfloat16", param_dtype="float32", remat_policy="none")
-    c.tokenizer = dict(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
+    c.tokenizer.update(vocab_size=32000, path="gs://YOUR_BUCKET/tokenizer/sp")
     examples = "examples" if seq_len == 512 else f"examples{seq_len}"
-    c.data = dict(dir=f"gs://YOUR_BUCKET/{examples}", max_seq_len=seq_len,
+    c.data.update(dir=f"gs://YOUR_BUCKET/{examples}", max_seq_len=seq_len,
                   max_predictions_per_seq=MAX_PREDICTIONS[seq_len])
-    c.train = dict(batch_size=batch_size, num_steps=num_steps, learning_rate=learning_rate,
+    c.train.update(batch_size=batch_size, num_steps=num_steps, learning_rate=learning_rate,
                    warmup_steps=10_000, log_every=100, eval_every=5000,
                    checkpoint_every=2000, keep_checkpoints=3)
-    c.mesh = dict(data=devices, fsdp=1, tensor=1)
+    c.mesh.update(data=devices, fsdp=1, tensor=1)
     return c

@@ -1,4 +1,6 @@
-"""Token stream → morpheme positions for the multi-hot input (METHODS §2.3).
+"""Token stream → positions made of several tokens (a segment sum per
+position): the multi-hot input (METHODS §2.3, one position per morpheme) and
+SHAKE's merged positions (§1.5, 6) share it (kjax/inputs/multihot.py, merged.py).
 
 One model position per morpheme (and per [CLS]/[SEP]). The batch keeps the
 flat token stream and, per token, the position it belongs to and its place
@@ -17,7 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from kjax.examples.masking import mask_tokens, whole_position_masks
+from kjax.inputs.base import TOKEN_INPUTS, InputMode
+from kjax.shake.matrix import shake_from_batch
 from kjax.tokens.sentencepiece import MASK, PAD
+
+# The per-token arrays of a segment batch (the model's `multihot` argument).
+SEGMENT_KEYS = ("token_ids", "token_position", "token_inpos", "position_tags")
 
 
 def position_of_tokens(morph_ids: np.ndarray) -> np.ndarray:
@@ -81,3 +89,70 @@ def position_arrays(example: dict) -> dict:
             "morph_ids": np.where(special, -1, np.arange(len(first))).astype(np.int32),
             "word_ids": np.asarray(example["word_ids"])[first],
             "tags": np.asarray(example["tags"])[first]}
+
+
+class SegmentMode(InputMode):
+    """Positions made of several tokens, summed by the model (a segment sum
+    over the flat token stream). `units(example)` rewrites `morph_ids` to one
+    id per position; the loader finds the positions on the *unmasked* example
+    first, then masks whole positions ("merge first, then mask", issue 15)."""
+    embedding = "segment_sum"
+    positions_are_tokens = False
+    # A position has several target tokens: a multi-target MLM loss (METHODS §2.4).
+    mlm_losses = ("eq9", "bce", "summed_ce")
+    completes_stored_masks = False   # extend masks stored by `prepare` to whole positions
+
+    def units(self, example: dict) -> dict:
+        return example
+
+    def mask_positions(self, example: dict) -> np.ndarray:
+        return np.asarray(self.units(example)["morph_ids"])
+
+    def example_inputs(self, example, config, rng, dynamic, resources):
+        units = self.units(example)
+        positions = np.asarray(units["morph_ids"])
+        if dynamic:
+            example = mask_tokens(example, config, rng, positions)
+        if self.completes_stored_masks:
+            example = whole_position_masks(example, positions, rng, config.model.vocab_size)
+        original = np.array(example["input_ids"])
+        original[example["mlm_positions"]] = example["mlm_ids"]
+        example = {**example, "morph_ids": units["morph_ids"], "inpos": units["inpos"]}
+        d = config.data
+        out = to_multihot(example, original, example["mlm_positions"], d.max_seq_len,
+                          d.max_predictions_per_seq, d.max_targets_per_position)
+        knowledge = resources.get("knowledge")
+        if knowledge is not None:
+            masked = out["mlm_positions"][out["mlm_weights"] > 0]
+            out.update(knowledge(original, example, masked, rng))
+        return out, position_arrays(example)   # B is over positions (METHODS §2.3)
+
+    def model_inputs(self, batch: dict) -> dict:
+        kwargs = {"input_ids": batch.get("input_ids"),   # unused: tokens come in `multihot`
+                  **{k: batch[k] for k in TOKEN_INPUTS[1:]},
+                  "multihot": {k: batch[k] for k in SEGMENT_KEYS}}
+        kwargs.update({k: batch[k] for k in ("position_ids",) if k in batch})
+        if (shake := shake_from_batch(batch)) is not None:   # dense B or its pairs layout
+            kwargs["shake"] = shake
+        return kwargs
+
+    def dummy_inputs(self, config, batch_size: int) -> dict:
+        kwargs = super().dummy_inputs(config, batch_size)
+        kwargs["multihot"] = {k: kwargs["input_ids"] for k in SEGMENT_KEYS}
+        return kwargs
+
+    def positions(self, example: dict) -> tuple[dict, list[np.ndarray]]:
+        units = self.units(example)
+        owner = position_of_tokens(np.asarray(units["morph_ids"]))
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        view = position_arrays(units)
+        view["token_type_ids"] = np.asarray(example["token_type_ids"])[first]
+        return view, [np.flatnonzero(owner == p) for p in range(len(first))]
+
+    def position_batch(self, example: dict, seq_len: int) -> dict:
+        units = self.units(example)
+        mh = to_multihot(units, np.asarray(units["input_ids"]), np.zeros(0, np.int64),
+                         seq_len, 1, 1)
+        return {"input_ids": np.zeros(seq_len, np.int32),   # unused: tokens come in `multihot`
+                "token_type_ids": mh["token_type_ids"], "attention_mask": mh["attention_mask"],
+                "multihot": {k: mh[k] for k in SEGMENT_KEYS}}

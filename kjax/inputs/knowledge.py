@@ -1,35 +1,23 @@
-"""Knowledge targets per example, built in the loader (METHODS §2.5).
+"""Knowledge targets per example, built in the loader (METHODS §2.5) by the
+input modes whose positions are morphemes (kjax/inputs/multihot.py).
 
-Positions are morphemes (the multi-hot input); a position's form is its
-original tokens' surfaces joined (`@소 @크` → 소크), its tag the morpheme's.
-Masked morphemes are excluded from the hypernym/sense targets: those heads
-read the input vector, which carries nothing of a [MASK]ed morpheme.
+A position's form is its original tokens' surfaces joined (`@소 @크` → 소크),
+its tag the morpheme's. Masked morphemes are excluded from the hypernym/sense
+targets: those heads read the input vector, which carries nothing of a
+[MASK]ed morpheme.
 """
 from __future__ import annotations
 
-import os
 import unicodedata
 
 import numpy as np
 
-from kjax.batches.multihot import position_of_tokens
-from kjax.errors import KjaxError
-from kjax.knowledge.resources import DATA_DIR, SAMPLE_FILES, KnowledgeBase
+from kjax.inputs.segments import position_of_tokens
+from kjax.knowledge.resources import load_knowledge_base
 from kjax.knowledge.targets import knowledge_targets
 from kjax.morph.tags import TAGS
 from kjax.tokens.multihot import token_surface
 from kjax.tokens.sentencepiece import UNK
-
-
-def load_knowledge_base(config) -> KnowledgeBase:
-    g = config.knowledge
-    paths = {key: g[key] or os.path.join(DATA_DIR, name) for key, name in SAMPLE_FILES.items()}
-    kb = KnowledgeBase.load(**paths)
-    if g.sense_weight > 0 and kb.sense_dim != g.sense_dim:
-        raise KjaxError(f"{paths['sense_vectors']} has {kb.sense_dim}-dim vectors but "
-                        f"knowledge.sense_dim={g.sense_dim}; set --config.knowledge.sense_dim="
-                        f"{kb.sense_dim}")
-    return kb
 
 
 class KnowledgeTargets:

@@ -31,7 +31,7 @@ from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
-from kjax.run_config import record_config
+from kjax.config.recorded import flush_notes, record_config
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
@@ -153,6 +153,7 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     writer = None
     try:
         state, shardings, data_state = s.initial_state(goodput)
+        flush_notes()   # restored (or fresh): notes about the config are news now, not an error's cause
         start = int(jax.device_get(state["step"]))
         # Rows logged after `start` by a killed session are computed again: dropped.
         writer = MetricWriter(logs, enabled=primary, resume_step=start)
@@ -218,7 +219,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 last = {"step": step, **m}
                 window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
-                record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/run_config.py)
+                record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
                 with goodput.timed("eval"):
                     writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")

@@ -1,0 +1,120 @@
+"""`kjax` command line. Every verb takes `--config FILE` (a Python file from
+tpu_configs/) and any number of `--config.key=value` overrides.
+
+    kjax tokenizer train --config tpu_configs/demo.py
+    kjax prepare         --config tpu_configs/demo.py [--workers N]
+    kjax train           --config tpu_configs/demo.py --workdir runs/demo
+    kjax eval            --workdir runs/demo [--step N]   (the run's recorded config)
+    kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
+
+Verbs that work on a run (train, eval, export, analyze, finetune --init,
+inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
+when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
+(gs://bucket/...): kjax/paths.py. Every key of the config, its default and
+meaning: kjax/config/schema.py.
+
+Failures and what to do about them: docs/RECOVERY.md.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kjax.cli.common import DEMO_CONFIG, add_config
+from kjax.cli.demo import demo_overrides, demo_workdir  # noqa: F401 (the CLI's API)
+from kjax.errors import KjaxError
+
+# The cli layer (docs/ARCHITECTURE.md): one module per verb family, each with
+# `register(verbs, add_config)` adding subparsers with set_defaults(handler=fn)
+# (fn(args, config) -> exit code), optionally before_load=fn(args) and
+# distributed=True (jax.distributed before the verb runs).
+VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.cli.knowledge",
+                "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze")
+# Verbs whose --config defaults to the one recorded in their run's workdir.
+RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kjax", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name in VERB_MODULES:
+        importlib.import_module(name).register(verbs, add_config)
+    return parser
+
+
+def _split_overrides(args, parser) -> list[str]:
+    bad = [o for o in args.overrides if not o.startswith("--config.")]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides look like "
+                     f"--config.train.num_steps=100)")
+    return args.overrides
+
+
+def run_workdir(args) -> str | None:
+    """The run a verb works on (its recorded config is the default --config)."""
+    if args.verb == "finetune":
+        from kjax.finetune.pretrained import NO_INIT
+        return None if (args.init or "").lower() in NO_INIT else args.init
+    return getattr(args, "workdir", None)
+
+
+def load(args, parser):
+    """The verb's config, every static check passed (before anything compiles)."""
+    from kjax.config import load_config
+    from kjax.objectives import check_config
+    overrides = _split_overrides(args, parser)
+    if args.verb not in RUN_VERBS or (args.verb == "train" and args.config):
+        # (train notes a changed config itself, when it records the new one)
+        config = load_config(args.config or DEMO_CONFIG, overrides)
+    else:
+        from kjax.config.recorded import load_run_config
+        config = load_run_config(args.config, overrides, run_workdir(args))
+    check_config(config)
+    return config
+
+
+def run(argv: list[str]) -> int:
+    parser = build_parser()
+    # Overrides may come anywhere after the verb; argparse sees them as positionals.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if hasattr(args, "overrides"):
+            args.overrides = list(args.overrides) + unknown
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if getattr(args, "before_load", None):
+        args.before_load(args)
+    config = load(args, parser)
+    if getattr(args, "distributed", False):
+        from kjax.parallel.mesh import maybe_initialize_distributed
+        maybe_initialize_distributed()
+    return args.handler(args, config) or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs a verb; a KjaxError (bad input, a damaged checkpoint, a full or
+    read-only disk) is one stderr line and exit 2. The echoes such failures
+    leave in orbax's threads (log records with tracebacks, asyncio's "Event
+    loop is closed") are kept off stderr; KJAX_DEBUG=1 shows them all."""
+    from kjax.checkpoint import quiet, storage
+    quiet.install()
+    storage.quiet_library_logs()
+    from kjax.config.recorded import flush_notes, take_notes
+    try:
+        code = run(sys.argv[1:] if argv is None else argv)
+        flush_notes()
+        return code
+    except KjaxError as e:
+        notes = take_notes()   # e.g. "this config differs from the recorded one": the likely cause
+        message = " ".join(str(e).split())  # one line, whatever the message held
+        if notes:
+            message += " (note: " + " ".join("; ".join(notes).split()) + ")"
+        print(f"kjax: error: {message}", file=sys.stderr, flush=True)
+        quiet.reported()
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

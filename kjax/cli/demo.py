@@ -1,0 +1,130 @@
+"""`kjax demo`: tokenizer + prepare + train + eval of a tiny model on the
+embedded Korean corpus (what `make demo` runs). Never deletes anything: a
+demo's run folder is continued, another run's refused."""
+from __future__ import annotations
+
+import time
+
+from kjax.errors import KjaxError
+
+
+def register(verbs, add_config) -> None:
+    demo = verbs.add_parser("demo", help="tokenizer + prepare + train + eval of the tiny model "
+                            "on the embedded Korean corpus (what `make demo` runs)")
+    add_config(demo, required=False)
+    demo.add_argument("--workdir", default=None,
+                      help="default runs/demo (runs/demo_uknowbert with --uknowbert, "
+                      "runs/demo_SCHEME with --scheme); an existing demo run is continued, "
+                      "never deleted")
+    demo.add_argument("--scheme", default=None, choices=("sentencepiece", "morph-sp", "multihot"),
+                      help="tokenizer scheme (default: the config's, sentencepiece)")
+    demo.add_argument("--uknowbert", action="store_true",
+                      help="UKnowBERT-S at demo size: multi-hot input, Eq. 7-9 MLM, NSP and the "
+                      "three knowledge objectives from the samples in kjax/knowledge/data")
+    demo.set_defaults(handler=run, before_load=demo_args, distributed=True)
+
+
+def demo_args(args) -> None:
+    """The demo's overrides and run folder, before its config is loaded."""
+    args.overrides = [*demo_overrides(args.scheme, args.uknowbert), *args.overrides]
+    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert)
+
+
+def run(args, config) -> int:
+    run_demo(config, args.workdir)
+    return 0
+
+
+def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
+    if uknowbert:
+        if scheme not in (None, "multihot"):
+            raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
+        scheme = "multihot"
+    out = [f"--config.tokenizer.scheme={scheme}"] if scheme else []
+    if scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
+        out += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
+                "--config.data.mask_unit=morpheme"]
+    if uknowbert:  # the objectives of §2.5, with the shipped sample resources
+        out += [f"--config.knowledge.{k}_weight=1.0" for k in ("hypernym", "sense", "verb")]
+    if scheme:  # own data folders, so demos of different schemes never clobber each other
+        data = f"runs/demo_data_{'uknowbert' if uknowbert else scheme}"
+        out += [f"--config.tokenizer.path={data}/tokenizer/sp",
+                f"--config.data.dir={data}/examples"]
+    return out
+
+
+DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
+              ("hypernym_top1", "hyp_top1"), ("sense_cosine", "sense_cos"),
+              ("verb_accuracy", "verb_acc"))
+
+
+def demo_workdir(scheme: str | None, uknowbert: bool) -> str:
+    """Each demo its own run folder, as its own data folders (demo_overrides)."""
+    if uknowbert:
+        return "runs/demo_uknowbert"
+    return f"runs/demo_{scheme}" if scheme else "runs/demo"
+
+
+def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
+    """True when `workdir` holds this very demo's run (continue it), False
+    when it is new or empty; an error for anything else. Nothing is deleted.
+    `compare=False`: only that it is empty or a kjax run (the config is
+    compared once the vocabulary size is known)."""
+    from kjax import paths
+    from kjax.config.recorded import config_differences, recorded_config_path
+    if not paths.listdir(workdir):
+        return False
+    recorded = recorded_config_path(workdir)
+    if not paths.isfile(recorded):
+        raise KjaxError(f"{workdir} exists and is not a kjax demo run (no kjax_config.py); "
+                        f"pass another --workdir (kjax demo never deletes anything)")
+    if not compare:
+        return True
+    from kjax.config import load_config
+    diffs = config_differences(load_config(recorded), config)
+    if diffs:
+        raise KjaxError(f"{workdir} holds a run with another config ({'; '.join(diffs[:4])}); "
+                        f"pass another --workdir to start a new demo, or `kjax train --workdir "
+                        f"{workdir}` to continue that run (nothing was deleted)")
+    return True
+
+
+def run_demo(config, workdir: str) -> None:
+    from kjax import paths
+    from kjax.pretrain.prepare import prepare
+    from kjax.tokens.factory import open_tokenizer, tokenizer_file, train_tokenizer
+    from kjax.train.logdir import read_run_metrics
+    from kjax.pretrain.trainer import train
+    start = time.time()
+    # Never deletes: an existing run of this demo is continued, its tokenizer
+    # and examples reused (prepare resumes; a mismatch is a one-line error).
+    check_demo_workdir(config, workdir, compare=False)
+    if paths.isfile(tokenizer_file(config)):
+        path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
+    else:
+        path, stats = train_tokenizer(config)
+        summary = stats.summary()
+    vocab = open_tokenizer(config).vocab_size
+    if vocab != config.model.vocab_size:  # multihot's final size is known only now
+        config.model.vocab_size = vocab
+    if check_demo_workdir(config, workdir):
+        print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
+              f"to start a new one)")
+    print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) {summary}")
+    meta = prepare(config)
+    print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
+          f"in {config.data.dir} ({meta['chunks_reused']} of {meta['chunks']} chunks reused)")
+    result = train(config, workdir)
+    curve = [r for r in read_run_metrics(workdir) if r["split"] == "train"]
+    print("[3/3] training loss (all objectives) by step:")
+    for r in curve:
+        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
+        print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
+    if len(curve) >= 2 and "peak_source" in result:
+        print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
+              f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "
+              f"(vs {result['peak_source']})")
+    if "message" in result:
+        print(f"{workdir}: {result['message']}")
+    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}; "
+          f"demo took {time.time() - start:.0f} s")

@@ -1,0 +1,302 @@
+"""Every key of the one config tree (MaxText style: one tree for every verb —
+pretraining, fine-tuning, analysis), with its default, type, allowed values
+and a one-line meaning. `defaults()` is built from it; `validate.py` checks
+types and ranges from it; `kjax config show` prints it.
+
+The type of a key is the type of its default (an int is accepted where a float
+is expected). `choices` lists the allowed values; `min`/`max` bound numbers
+(`open_min`/`open_max` exclude the bound); `special` values are allowed
+outside the range (mesh axes: -1 fills). Keys whose allowed values belong to a
+registry (model.input_mode: kjax/inputs; train.mlm_loss: kjax/objectives) are
+checked by that registry, so adding an input mode never touches this file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    default: Any
+    meaning: str
+    choices: tuple = ()
+    min: float | None = None
+    max: float | None = None
+    open_min: bool = False
+    open_max: bool = False
+    special: tuple = ()
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def allowed(self) -> str:
+        """The allowed values in words, e.g. "float in (0, 1)" or "int >= 1"."""
+        name = {dict: "dict", tuple: "tuple"}.get(self.kind, self.kind.__name__)
+        if self.choices:
+            return f"{name}: one of {', '.join(map(str, self.choices))}"
+        low = "" if self.min is None else ("(" if self.open_min else "[") + f"{self.min:g}"
+        high = "" if self.max is None else f"{self.max:g}" + (")" if self.open_max else "]")
+        if low and high:
+            text = f"{name} in {low}, {high}"
+        elif low:
+            text = f"{name} {'>' if self.open_min else '>='} {self.min:g}"
+        elif high:
+            text = f"{name} {'<' if self.open_max else '<='} {self.max:g}"
+        else:
+            text = name
+        return text + "".join(f" or {v}" for v in self.special)
+
+    def fits(self, value) -> bool:
+        """`value` has this key's type (an int fits a float, a list a tuple)."""
+        kind = self.kind
+        if kind is bool:
+            return isinstance(value, bool)
+        if kind is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if kind is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind is tuple:
+            return isinstance(value, (tuple, list))
+        if kind is dict:
+            return hasattr(value, "items")
+        return isinstance(value, kind)
+
+    def accepts(self, value) -> bool:
+        """`value` (of the right type) is among the allowed values."""
+        if value in self.special:
+            return True
+        if self.choices:
+            return value in self.choices
+        if self.min is not None and (value <= self.min if self.open_min else value < self.min):
+            return False
+        return not (self.max is not None and
+                    (value >= self.max if self.open_max else value > self.max))
+
+
+def positive(default, meaning):
+    return Key(default, meaning, min=0, open_min=True)
+
+
+def at_least(low, default, meaning, **kw):
+    return Key(default, meaning, min=low, **kw)
+
+
+def share(default, meaning, closed_max=False):
+    """A probability-like float in [0, 1) (or [0, 1])."""
+    return Key(default, meaning, min=0.0, max=1.0, open_max=not closed_max)
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
+REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                  "nothing_saveable", "everything_saveable")
+TOKENIZER_SCHEMES = ("sentencepiece", "morph-sp", "multihot")
+MESH_AXES = ("data", "fsdp", "tensor")
+# Logical axis → mesh axes (MaxText style): the model names axes, these rules
+# place them. data/fsdp split the batch; fsdp shards parameters on `embed`;
+# tensor splits heads, FFN and vocabulary (Megatron style).
+LOGICAL_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("act_embed", None),      # activations keep the hidden axis whole
+    ("embed", "fsdp"),        # parameters: FSDP shards the hidden axis
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("layers", None),
+)
+
+MODEL = {
+    "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
+    "hidden_size": at_least(1, 768, "width of every layer (H)"),
+    "num_layers": at_least(1, 12, "transformer layers"),
+    "num_heads": at_least(1, 12, "attention heads per layer (hidden_size must divide by it)"),
+    "intermediate_size": at_least(1, 3072, "FFN width"),
+    "max_position_embeddings": at_least(1, 512, "rows of the position embedding"),
+    "type_vocab_size": at_least(1, 2, "token-type (segment) embedding rows"),
+    "dropout_rate": share(0.1, "dropout on embeddings, attention output and FFN"),
+    "attention_dropout_rate": share(0.1, "dropout on the attention probabilities"),
+    "layer_norm_eps": positive(1e-12, "LayerNorm epsilon"),
+    "initializer_range": positive(0.02, "std of the truncated-normal initialiser"),
+    "input_mode": Key("onehot", "how tokens become model positions: a mode of kjax/inputs "
+                      "(onehot, multihot, merged, shared_position)"),
+    "num_pos_tags": at_least(1, 64, "POS-tag embedding rows (multihot input, Eq. 4)"),
+    "max_tokens_per_morpheme": at_least(1, 16, "E_inpos rows (Eq. 3); later tokens share the "
+                                        "last row"),
+    "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
+    "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
+    "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth"),
+    "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
+                        choices=REMAT_POLICIES),
+    "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
+                          "dot_product (jax.nn.dot_product_attention) or flash (Pallas, Eq. 1 "
+                          "inside; kjax/model/attention_core.py)", choices=ATTENTION_IMPLS),
+    "shake_factor": Key(0.0, "bf of Eq. 1 in every layer during pretraining (0: plain "
+                        "attention, bit-identical)"),
+    "shake_factor_per_layer": Key((), "one bf per layer instead of shake_factor (() = unused)"),
+}
+
+SHAKE = {
+    "variant": Key("none", "where B of Eq. 1 comes from: pos (postposition→substantive "
+                   "pairs), random, or none", choices=("none", "pos", "random")),
+    "boost_prem": at_least(0, 1.0, "B weight of group 1 (JKS, JKO, JX)"),
+    "group3": Key(True, "pair XPN/MM* with the substantive they modify"),
+    "tag_weights": Key({}, "B weight per POS tag, overriding the groups, e.g. {'JKB': 0.5}"),
+    "p": Key(0.08, "random variant: share of query positions", min=0, max=1, open_min=True),
+    "layout": Key("dense", "B in the batch: dense [seq, seq] (seq² bytes) or pairs (per query "
+                  "a key run and a weight, 9 bytes; kjax/shake/matrix.py)",
+                  choices=("dense", "pairs")),
+}
+
+KNOWLEDGE = {
+    "hypernym_weight": at_least(0, 0.0, "weight of the hypernym objective (0: no head)"),
+    "sense_weight": at_least(0, 0.0, "weight of the sense-vector objective (0: no head)"),
+    "verb_weight": at_least(0, 0.0, "weight of the verb-relation objective (0: no head)"),
+    "hypernyms": Key("", "hypernym TSV (\"\": the sample shipped with kjax)"),
+    "sense_vectors": Key("", "sense-vector TSV (\"\": the sample shipped with kjax)"),
+    "case_frames": Key("", "case-frame TSV (\"\": the sample shipped with kjax)"),
+    "sense_dim": at_least(1, 16, "dimension of the sense vectors (must match the file)"),
+    "max_hypernym": at_least(1, 20, "nouns per sequence with a hypernym target"),
+    "max_sense": at_least(1, 20, "nouns per sequence with a sense-vector target"),
+    "max_hypernyms_per_noun": at_least(1, 8, "hypernym targets kept per noun"),
+}
+
+TOKENIZER = {
+    "scheme": Key("sentencepiece", "how text becomes tokens (kjax/tokens/factory.py)",
+                  choices=TOKENIZER_SCHEMES),
+    "vocab_size": at_least(1, 32000, "vocabulary to train (multihot: BPE size before §2.1)"),
+    "min_syllable_count": at_least(1, 1, "multihot: a syllable seen this often is a token"),
+    "min_syllable_share": share(1e-8, "multihot: ... or this share of all syllables"),
+    "model_type": Key("unigram", "sentencepiece model type",
+                      choices=("unigram", "bpe", "char", "word")),
+    "character_coverage": Key(0.9995, "sentencepiece character coverage", min=0, max=1,
+                              open_min=True),
+    "input_sentence_size": at_least(0, 2_000_000, "sentences sentencepiece samples (0: all)"),
+    "path": Key("runs/tokenizer/sp", "tokenizer file prefix (.model/.vocab, .multihot.txt)"),
+}
+
+DATA = {
+    "corpus": Key("", "files/globs (comma separated, .gz, gs://), \"konlpy\" (demo) or "
+                  "tfds:NAME/CONFIG[:SPLIT]"),
+    "tfds_data_dir": Key("", "where a tfds: corpus was prepared (\"\": tfds' default)"),
+    "document_per_file": Key(False, "each file is one document (blank lines ignored)"),
+    "dir": Key("runs/data", "prepared ArrayRecord shards"),
+    "max_seq_len": at_least(5, 128, "tokens per example ([CLS] A [SEP] B [SEP] needs 5)"),
+    "max_predictions_per_seq": at_least(1, 20, "MLM prediction slots per example"),
+    "masked_lm_prob": Key(0.15, "share of units masked", min=0, max=1, open_min=True,
+                          open_max=True),
+    "short_seq_prob": share(0.1, "share of examples with a shorter target length",
+                            closed_max=True),
+    "nsp_prob": share(0.5, "share of NSP negatives (B from another document)",
+                      closed_max=True),
+    "max_targets_per_position": at_least(1, 8, "MLM targets kept per masked position "
+                                         "(multihot, merged)"),
+    "mask_unit": Key("eojeol", "what masking picks whole", choices=("eojeol", "morpheme",
+                                                                      "token")),
+    "split_sentences": Key(False, "split each corpus line into sentences with Kiwi"),
+    "masking": Key("dynamic", "dynamic (drawn in the loader) or static (stored at prepare)",
+                   choices=("dynamic", "static")),
+    "dupe_factor": at_least(1, 5, "static masking: stored copies with different masks"),
+    "docs_per_chunk": at_least(1, 2000, "documents per chunk (NSP negatives come from it)"),
+    "eval_every_nth_doc": at_least(2, 50, "every n-th document is held out for eval"),
+    "seed": at_least(0, 12345, "seed of examples, shuffling and masks"),
+}
+
+TRAIN = {
+    "batch_size": at_least(1, 128, "global batch (examples per step)"),
+    "num_steps": at_least(1, 100_000, "steps of the schedule"),
+    "learning_rate": positive(1e-4, "peak learning rate"),
+    "warmup_steps": at_least(0, 10_000, "linear warmup steps (then linear decay to 0)"),
+    "weight_decay": at_least(0, 0.01, "AdamW decoupled weight decay"),
+    "b1": share(0.9, "Adam beta1"),
+    "b2": share(0.999, "Adam beta2"),
+    "eps": at_least(0, 1e-6, "Adam epsilon"),
+    "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
+    "nsp_weight": at_least(0, 1.0, "weight of the NSP loss (0: MLM only)"),
+    "mlm_loss": Key("ce", "MLM loss: ce (one target per position) or eq9 | bce | summed_ce "
+                    "(several; kjax/objectives/mlm.py)"),
+    "seed": at_least(0, 0, "seed of parameters and dropout"),
+    "log_every": at_least(1, 100, "steps between logged metrics"),
+    "eval_every": at_least(0, 5000, "steps between held-out evaluations (0: never)"),
+    "eval_batches": at_least(0, 20, "batches per evaluation (0: all)"),
+    "checkpoint_every": at_least(1, 5000, "steps between checkpoints"),
+    "keep_checkpoints": at_least(1, 3, "checkpoints kept (the latest)"),
+    "peak_flops": at_least(0, 0.0, "per-device peak FLOP/s for MFU (0: datasheet or measured)"),
+    "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
+}
+
+MESH = {
+    "data": at_least(1, -1, "data-parallel axis size (-1: the devices left)", special=(-1,)),
+    "fsdp": at_least(1, 1, "FSDP axis size (-1: the devices left)", special=(-1,)),
+    "tensor": at_least(1, 1, "tensor-parallel axis size (-1: the devices left)", special=(-1,)),
+    "rules": Key(LOGICAL_RULES, "logical axis → mesh axes, e.g. ('embed', 'fsdp')"),
+}
+
+FINETUNE_SHAKE = {
+    "variant": Key("pos", "where B comes from while fine-tuning", choices=("pos", "random")),
+    "bf_train": Key(0.0, "bf while fine-tuning (0: off)"),
+    "bf_infer": Key(0.0, "bf at dev/test inference (0: off)"),
+    "boost_prem": at_least(0, 1.0, "pos: B weight of group 1 (JKS, JKO, JX)"),
+    "p": Key(0.1, "random: share of tokens selected", min=0, max=1, open_min=True),
+    "seed": at_least(0, 0, "random variant's draws at inference"),
+    "sweep_train": Key((-0.3, 0.3), "--sweep: fine-tune bf values"),
+    "sweep_infer": Key((0.0, 0.3), "--sweep: inference bf values"),
+}
+
+FINETUNE = {
+    "max_seq_len": at_least(8, 128, "tokens per fine-tuning example"),
+    "batch_size": at_least(1, 32, "global batch (a multiple of the mesh's batch shards)"),
+    "eval_batch_size": at_least(0, 0, "dev/test batch (0: batch_size)"),
+    "epochs": at_least(1, 3, "passes over the training split"),
+    "learning_rate": positive(5e-5, "peak learning rate"),
+    "warmup_ratio": share(0.1, "share of all steps in linear warmup"),
+    "weight_decay": at_least(0, 0.01, "AdamW decoupled weight decay"),
+    "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
+    "b1": share(0.9, "Adam beta1"),
+    "b2": share(0.999, "Adam beta2"),
+    "eps": at_least(0, 1e-6, "Adam epsilon"),
+    "classifier_dropout": Key(-1.0, "dropout before the head (< 0: model.dropout_rate)",
+                              max=1, open_max=True),
+    "eval_every": at_least(0, 0, "steps between dev evaluations (0: once per epoch)"),
+    "patience": at_least(0, 2, "evaluations without dev gain before stopping (0: never)"),
+    "select_metric": Key("", "dev metric for early stopping (\"\": the task's primary)"),
+    "split": Key((0.8, 0.1, 0.1), "train/dev[/test] fractions carved from --train alone"),
+    "split_seed": at_least(0, 12345, "seed of that split (fixed while --seeds vary)"),
+    "seed": at_least(0, 0, "head init, dropout and data order (--seeds overrides)"),
+    "max_examples": at_least(0, 0, "keep the first N examples of each split (0: all)"),
+    "checkpoint_every": at_least(0, 0, "steps between checkpoints (0: at every evaluation)"),
+    "keep_checkpoints": at_least(1, 1, "checkpoints kept"),
+    "log_every": at_least(1, 10, "steps between logged losses"),
+    "sts_threshold": Key(3.0, "regress: threshold of the binary F1 (KLUE-STS)"),
+    "shake": FINETUNE_SHAKE,
+}
+
+# Keys that existed once: a config holding one's old default still loads (the
+# key is dropped: old WORKDIR/kjax_config.py files), any other value is an error
+# that names what replaced it.
+RETIRED = {
+    "shake.position_variant": ("none", "SHAKE variant 5 is model.input_mode='shared_position' "
+                                       "now"),
+    "data.examples_per_shard": (20000, "it was never read (a shard holds a chunk of "
+                                       "data.docs_per_chunk documents)"),
+}
+
+SCHEMA = {
+    "name": Key("kjax", "the run's name (model card, logs)"),
+    "model": MODEL, "shake": SHAKE, "knowledge": KNOWLEDGE, "tokenizer": TOKENIZER,
+    "data": DATA, "train": TRAIN, "mesh": MESH, "finetune": FINETUNE,
+}
+
+
+def leaves(tree: dict = SCHEMA, prefix: str = "") -> dict[str, Key]:
+    """{"model.hidden_size": Key, ...} in schema order."""
+    out = {}
+    for name, node in tree.items():
+        if isinstance(node, Key):
+            out[prefix + name] = node
+        else:
+            out.update(leaves(node, f"{prefix}{name}."))
+    return out

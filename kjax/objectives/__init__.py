@@ -1,0 +1,91 @@
+"""Pretraining objectives: one object each (kjax/objectives/base.py says what
+it owns), listed once here. The train and eval steps ask the registry for
+the model inputs, the loss and the metrics; adding an objective is one
+module and one line below (docs/ARCHITECTURE.md).
+
+    mlm        masked LM, one or several targets per position (METHODS §4, Eq. 7–9)
+    nsp        next-sentence prediction (§4)
+    hypernym   \
+    sense       > UKnowBERT's knowledge heads (§2.5), on when their weight is > 0
+    verb       /
+
+`check_config` is the whole static check of a config: the config's own
+(kjax.config.validate), then every objective's, the input mode's and
+shaking's float8 weights — all before anything is compiled.
+"""
+from __future__ import annotations
+
+from kjax.config import validate
+from kjax.inputs import input_mode
+from kjax.objectives import knowledge, mlm, nsp
+from kjax.objectives.base import Objective
+from kjax.shake.matrix import check_weights
+
+OBJECTIVES: tuple[Objective, ...] = (
+    mlm.OBJECTIVE,
+    nsp.OBJECTIVE,
+    knowledge.HYPERNYM,
+    knowledge.SENSE,
+    knowledge.VERB,
+)
+
+# Every metric and the objective whose slots weigh it.
+METRIC_OBJECTIVE = {m: o.name for o in OBJECTIVES for m in o.metric_names}
+
+
+def check_config(config) -> None:
+    """Every static check of `config`, each failure one line (KjaxError)."""
+    validate(config)
+    mode = input_mode(config)
+    for objective in OBJECTIVES:   # (an unknown loss name before what the mode allows)
+        objective.check(config, mode)
+    mode.check(config)
+    check_weights(config.shake)   # B is float8: a weight it would round is refused
+
+
+def enabled(config) -> tuple[Objective, ...]:
+    return tuple(o for o in OBJECTIVES if o.enabled(config))
+
+
+def objective_weights(config) -> dict[str, float]:
+    """Each objective's factor in the training loss: `kjax eval`'s "loss" sums
+    the same way."""
+    return {o.name: float(o.weight(config)) for o in OBJECTIVES}
+
+
+def model_inputs(batch: dict) -> dict:
+    """The model's keyword arguments the objectives need from a batch."""
+    kwargs = {}
+    for objective in OBJECTIVES:
+        kwargs.update(objective.inputs(batch))
+    return kwargs
+
+
+def dummy_inputs(config, batch_size: int) -> dict:
+    kwargs = {}
+    for objective in OBJECTIVES:
+        kwargs.update(objective.dummy_inputs(config, batch_size))
+    return kwargs
+
+
+def pretraining_loss(outputs: dict, batch: dict, config):
+    """(Σ weight · loss, {"loss": ..., every metric}) over the enabled objectives."""
+    core, auxiliary, metrics = 0.0, 0.0, {}
+    for objective in enabled(config):
+        loss, m = objective.loss(outputs, batch, config)
+        if objective.auxiliary:
+            auxiliary = auxiliary + objective.weight(config) * loss
+        else:
+            core = core + objective.weight(config) * loss
+        metrics.update(m)
+    total = core + auxiliary
+    return total, {"loss": total, **metrics}
+
+
+def slots(batch: dict, config) -> dict:
+    """Per enabled objective, how many slots of the batch count."""
+    return {o.name: o.slots(batch) for o in enabled(config)}
+
+
+__all__ = ["OBJECTIVES", "METRIC_OBJECTIVE", "Objective", "check_config", "dummy_inputs",
+           "enabled", "model_inputs", "objective_weights", "pretraining_loss", "slots"]
