@@ -35,8 +35,16 @@ VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.
 RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is a KjaxError like every other user error:
+    one line naming the argument and where the usage is (not the usage dump)."""
+
+    def error(self, message):
+        raise KjaxError(f"{message.rstrip()} (usage: `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kjax", description=__doc__,
+    parser = Parser(prog="kjax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name in VERB_MODULES:

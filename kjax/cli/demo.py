@@ -72,7 +72,10 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     compared once the vocabulary size is known)."""
     from kjax import paths
     from kjax.config.recorded import config_differences, recorded_config_path
-    if not paths.listdir(workdir):
+    if paths.isfile(workdir):   # before the tokenizer and prepare spend minutes
+        raise KjaxError(f"--workdir {workdir} is a file, not a directory; pass a directory "
+                        f"(it is created if missing)")
+    if not paths.exists(workdir) or not paths.listdir(workdir):
         return False
     recorded = recorded_config_path(workdir)
     if not paths.isfile(recorded):
