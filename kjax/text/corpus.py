@@ -20,12 +20,12 @@ import dataclasses
 import glob
 import gzip
 import os
-import unicodedata
 import zlib
 from typing import Iterator
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.text.normalize import normalize
 from kjax.text.tfds_source import TfdsSource, document_lines, is_tfds_spec, iter_texts, parse_spec
 
 DEMO_CORPUS = "konlpy"
@@ -152,7 +152,8 @@ def _open(path: str):
 
 
 def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
-    """Bytes → NFC text, or None (counted) when the line must be skipped."""
+    """Bytes → normalised text (kjax/text/normalize.py), or None (counted)
+    when the line must be skipped."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -161,7 +162,7 @@ def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
     if "\x00" in text:
         stats.skip("NUL bytes", where)
         return None
-    text = unicodedata.normalize("NFC", text.strip().lstrip("\ufeff"))
+    text = normalize(text.lstrip("\ufeff")).strip()
     if len(text) > MAX_LINE_CHARS:
         stats.skip(f"longer than {MAX_LINE_CHARS} chars", where)
         return None

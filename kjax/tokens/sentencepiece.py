@@ -21,6 +21,7 @@ import sentencepiece as spm
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.text.normalize import normalize
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -86,7 +87,9 @@ class SentencePieceTokenizer:
         return self.sp.piece_to_id(token)
 
     def encode(self, sentence: str) -> dict[str, np.ndarray]:
-        pieces = self.sp.encode(sentence, out_type=str)
+        # kjax's one normalisation (a no-op on corpus text, normalised when read):
+        # inspect, prepare, fine-tuning and the exported tokenizer.json agree.
+        pieces = self.sp.encode(normalize(sentence), out_type=str)
         ids = np.asarray([self.sp.piece_to_id(p) for p in pieces], np.int32)
         starts = np.asarray([p.startswith(WORD_START) for p in pieces], bool)
         if len(starts):
