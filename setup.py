@@ -15,6 +15,9 @@ CORE = [
     "numpy>=1.26,<3",
     "tensorboardX>=2.6,<3",
     "matplotlib>=3.8,<4",
+    # NanumGothic for the Hangul labels of kjax analyze's pictures (the font file
+    # only: kjax/analysis/plots.py registers it; the package is never imported).
+    "koreanize-matplotlib>=0.1.1,<0.2",
     "tqdm>=4.66,<5",
     "safetensors>=0.4,<1",
     "scipy>=1.11,<2",
