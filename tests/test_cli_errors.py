@@ -44,6 +44,8 @@ def _cases(tmp):
         "inspect, no tokenizer": ["inspect", "나는 학교에 갔다", "--config", DEMO_CONFIG, *tok],
         "knowledge stats, no corpus": ["knowledge", "stats", "--config", DEMO_CONFIG,
                                        "--config.data.corpus=" + missing, *tok],
+        "config show, no run": ["config", "show", "--diff", empty],
+        "config show, bad override": ["config", "show", "--config.model.hidden_sise=3"],
         "demo, a foreign workdir": ["demo", "--workdir", DEMO_CONFIG],
     }
 
