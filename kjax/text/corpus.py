@@ -86,6 +86,7 @@ class CorpusStats:
     documents: int = 0
     sentences: int = 0
     chars: int = 0
+    bytes_read: int = 0       # of the files on disk (compressed for .gz): prepare's progress
     empty_documents: int = 0  # documents whose every line was skipped
     skipped: dict = dataclasses.field(default_factory=dict)   # reason → count
     examples_of_skips: list = dataclasses.field(default_factory=list)
@@ -137,10 +138,14 @@ def _gzip_damage(e: Exception) -> str:
 def _lines(path: str, stats: CorpusStats):
     """(line number, raw bytes) of a file; a damaged .gz ends early, counted."""
     with _open(path) as f:
-        lineno = 0
+        disk = getattr(f, "fileobj", f)    # a .gz: the position in the compressed file
+        base, lineno = stats.bytes_read, 0
         try:
             for lineno, raw in enumerate(f, 1):
+                if lineno % 256 == 0:
+                    stats.bytes_read = base + disk.tell()
                 yield lineno, raw
+            stats.bytes_read = base + disk.tell()
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             stats.damaged(path, lineno, _gzip_damage(e))
 
