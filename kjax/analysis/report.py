@@ -23,6 +23,7 @@ from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman
 from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.inputs import input_mode
+from kjax.progress import Progress
 
 CORRELATION_CLASSES = text_inputs.CLASSES + ("all",)
 # What each number of a report averages over (copied into every report).
@@ -114,6 +115,8 @@ def run_texts(params, config, items, bf: tuple[float, ...], batch_size: int) -> 
     longest = max(len(item.example["input_ids"]) for item in items)
     seq_len = min(config.data.max_seq_len, -(-longest // 8) * 8)   # few shapes, few compiles
     results = []
+    bar = Progress(f"analyze ({'shaken' if shaken else 'unshaken'})", total=len(items),
+                   unit="text")
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         filler = [chunk[0]] * (batch_size - len(chunk))   # one batch shape: one compile
@@ -126,6 +129,8 @@ def run_texts(params, config, items, bf: tuple[float, ...], batch_size: int) -> 
                 "layer_alpha": out["layer_alpha"][:, b, :n, :n],
                 "layer_fx_norm": out["layer_fx_norm"][:, b, :n],
                 "layer_weighted_norm": out["layer_weighted_norm"][:, b, :n, :n]})
+        bar.update(len(chunk))   # device_get above: these texts are done
+    bar.close()
     return results
 
 
