@@ -92,6 +92,14 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     return True
 
 
+def loss_trend(first: float, final: float) -> str:
+    """The summary's words follow the numbers as printed (3 decimals)."""
+    a, b = f"{first:.3f}", f"{final:.3f}"
+    if a == b:
+        return f"loss stayed at {a}"
+    return f"loss {'fell' if float(b) < float(a) else 'rose'} from {a} to {b}"
+
+
 def run_demo(config, workdir: str) -> None:
     from kjax import paths
     from kjax.pretrain.prepare import prepare
@@ -124,7 +132,8 @@ def run_demo(config, workdir: str) -> None:
         heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
         print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
     if len(curve) >= 2 and "peak_source" in result:
-        print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
+        first, final = curve[0]["loss"], curve[-1]["loss"]
+        print(f"{loss_trend(first, final)}; "
               f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "
               f"(vs {result['peak_source']})")
     if "message" in result:
