@@ -24,6 +24,11 @@ CORE = [
     # The demo corpus: KoNLPy's wheel ships the Korean constitution and ten
     # National Assembly bills as plain text (no download at run time).
     "konlpy>=0.6,<0.7",
+    # ... and ChatterBot's Korean dialogues (1,170 everyday utterances, BSD, no
+    # dependencies). The demo vocabulary also reads 우리말샘's headwords from the
+    # wordextractor wheel, installed with --no-deps by the Makefile (its own
+    # dependencies are heavy and unused): kjax/text/corpus.py PACKAGE_CORPORA.
+    "chatterbot-corpus>=1.3.3,<1.4",
     # One file layer for every path (kjax/paths.py): fsspec, with gcsfs for gs://
     # (etils.epath, which orbax uses, is sent to gcsfs too: kjax/__init__.py).
     "fsspec>=2024.2,<2027",

@@ -26,6 +26,7 @@ def _cases(tmp):
                       "--config.train.batch_size=-3"],
         "missing config file": ["prepare", "--config", missing],
         "tokenizer train, empty corpus": ["tokenizer", "train", "--config", DEMO_CONFIG,
+                                          "--config.tokenizer.corpus=",
                                           "--config.data.corpus="],
         "tokenizer stats, no tokenizer": ["tokenizer", "stats", "--config", DEMO_CONFIG, *tok],
         "prepare, no tokenizer": ["prepare", "--config", DEMO_CONFIG, *tok],

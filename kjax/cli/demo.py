@@ -41,6 +41,12 @@ def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
         scheme = "multihot"
     out = [f"--config.tokenizer.scheme={scheme}"] if scheme else []
+    if scheme in ("morph-sp", "multihot"):
+        # Kiwi analyses every sentence the vocabulary is trained on: the 969k
+        # headwords of the sentencepiece demo would take an hour, so these
+        # demos train theirs on the prose, at the size the prose supports.
+        out += ["--config.tokenizer.corpus=", "--config.tokenizer.vocab_size=1000",
+                "--config.model.vocab_size=1000", "--config.tokenizer.character_coverage=0.9995"]
     if scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
         out += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
                 "--config.data.mask_unit=morpheme"]

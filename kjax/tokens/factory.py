@@ -67,7 +67,8 @@ def train_tokenizer(config, progress: bool = True) -> tuple[str, CorpusStats]:
     t = config.tokenizer
     check_scheme(t.scheme)
     stats = CorpusStats()
-    with _Feed(iter_sentences(resolve_corpus(config.data.corpus), stats), t.scheme,
+    corpus = t.corpus or config.data.corpus    # tokenizer.corpus: the vocabulary's own text
+    with _Feed(iter_sentences(resolve_corpus(corpus), stats), t.scheme,
                progress) as sentences:
         _train(config, sentences)
     return tokenizer_file(config), stats
