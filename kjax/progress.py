@@ -81,7 +81,8 @@ class Progress:
         if self.total and rate > 0:
             text += f", ETA {_clock((self.total - self.n) / rate)}"
         if rate >= 1 or (rate > 0 and self.unit_scale):
-            text += f", {self._amount(rate)} {self.unit}/s"
+            shown = self._amount(rate) if self.unit_scale or rate >= 100 else f"{rate:.3g}"
+            text += f", {shown} {self.unit}/s"
         elif rate > 0:
             text += f", {1 / rate:.2f} s/{self.unit}"
         if self.postfix:
