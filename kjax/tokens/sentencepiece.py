@@ -57,8 +57,15 @@ def _train(sentences, model_prefix, vocab_size, model_type, character_coverage,
             num_threads=os.cpu_count() or 1,
             minloglevel=2)
     except RuntimeError as e:
-        raise KjaxError(f"sentencepiece training failed ({e}); a vocabulary of {vocab_size} "
-                        f"may be too large for this corpus: lower tokenizer.vocab_size") from None
+        if "smaller than required_chars" in str(e):   # the corpus has more characters
+            hint = (f"a vocabulary of {vocab_size} cannot hold every character this corpus "
+                    f"needs at tokenizer.character_coverage={character_coverage:g}: raise "
+                    f"tokenizer.vocab_size or lower tokenizer.character_coverage")
+        else:
+            hint = (f"a vocabulary of {vocab_size} may be too large for this corpus: lower "
+                    f"tokenizer.vocab_size")
+        raise KjaxError(f"sentencepiece training failed ({' '.join(str(e).split())}); "
+                        f"{hint}") from None
 
 
 class SentencePieceTokenizer:
