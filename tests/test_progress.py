@@ -58,3 +58,14 @@ def test_tokenizer_prepare_and_train_report_progress(tmp_path, capfd, monkeypatc
     evals = [x for x in err if x.startswith("eval at step ")]
     assert [x.split(":")[0] for x in evals] == ["eval at step 2", "eval at step 4"]
     assert re.search(r"mlm_accuracy \d\.\d{4}", evals[0]) and " loss " in evals[0]
+
+
+def test_the_loss_curve_draws_every_objective():
+    from kjax.train.metrics import loss_lines
+    rows = [{"split": "train", "step": s, "loss": 9.0, "mlm_loss": 7.0, "nsp_loss": 0.7,
+             "hypernym_loss": 3.0, "sense_loss": 0.5, "verb_loss": 2.0} for s in (1, 2)]
+    rows.append({"split": "eval", "step": 2, "mlm_loss": 6.5, "verb_loss": 1.9})
+    lines = [(split, key, len(pts)) for split, key, _, pts in loss_lines(rows)]
+    assert lines == [("train", "mlm_loss", 2), ("train", "nsp_loss", 2),
+                     ("train", "hypernym_loss", 2), ("train", "sense_loss", 2),
+                     ("train", "verb_loss", 2), ("eval", "mlm_loss", 1), ("eval", "verb_loss", 1)]
