@@ -27,7 +27,7 @@ from fault_helpers import EXTRA, checkpoints_of, purged_scalars, same_tree, trai
 from kjax.checkpoint import manager
 from kjax.cli import main
 from kjax.errors import KjaxError
-from kjax.train import trainer
+from kjax.pretrain import trainer
 from kjax.train.metrics import read_metrics
 
 LOCAL_PATH = type(epath.Path("/"))

@@ -258,18 +258,20 @@ def _run_file(args, config) -> int:
     import contextlib
     import sys
 
-    from tqdm import tqdm
-
     from kjax import paths
+    from kjax.progress import Progress
     from kjax.tokens.factory import open_tokenizer
     lines = read_lines(args.file)
     tokenizer = open_tokenizer(config)
     with contextlib.ExitStack() as stack:
         out = sys.stdout if args.out is None else \
             stack.enter_context(paths.open_file(args.out, "w", encoding="utf-8"))
-        for n, text in tqdm(lines, desc="inspect", unit="text", disable=args.out is None):
-            out.write(json.dumps({"line": n, **inspect_text(text, config, tokenizer)},
-                                 ensure_ascii=False) + "\n")
+        with Progress("inspect", total=len(lines), unit="text",
+                      enabled=args.out is not None) as bar:
+            for n, text in lines:
+                out.write(json.dumps({"line": n, **inspect_text(text, config, tokenizer)},
+                                     ensure_ascii=False) + "\n")
+                bar.update()
     if args.out is not None:
         print(f"inspected {len(lines)} texts of {args.file} → {args.out}")
     return 0
