@@ -273,9 +273,9 @@ def test_damaged_gz_corpora_are_skipped_and_named_or_refused(prepared, tmp_path)
     from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import train_tokenizer
     truncated, plain = damaged_corpus(tmp_path)
-    config = tiny_config(prepared, **{"data.corpus": f"'konlpy,{truncated},{plain}'",
-                                      "tokenizer.path": f"'{tmp_path}/tok/sp'",
-                                      "data.dir": f"'{tmp_path}/examples'"})
+    config = tiny_config(prepared, **{"data.corpus": f"konlpy,{truncated},{plain}",
+                                      "tokenizer.path": f"{tmp_path}/tok/sp",
+                                      "data.dir": f"{tmp_path}/examples"})
     _, stats = train_tokenizer(config)
     assert stats.skipped["damaged .gz (rest of file)"] == 2
     summary = stats.summary()
@@ -285,11 +285,11 @@ def test_damaged_gz_corpora_are_skipped_and_named_or_refused(prepared, tmp_path)
     meta = prepare(config, progress=False)
     assert meta["skipped_lines"]["damaged .gz (rest of file)"] == 2
     assert truncated in meta["corpus"] and plain in meta["corpus"] and meta["train_examples"] > 0
-    alone = {"data.corpus": f"'{plain}'", "data.dir": f"'{tmp_path}/examples2'"}
+    alone = {"data.corpus": plain, "data.dir": f"{tmp_path}/examples2"}
     for run, tokenizer in ((train_tokenizer, "tok2"), (prepare, "tok")):
         with pytest.raises(KjaxError, match=rf"data.corpus: no usable sentence was read; "
                                             rf"damaged files: {re.escape(plain)}: not gzip"):
-            run(tiny_config(prepared, **alone, **{"tokenizer.path": f"'{tmp_path}/{tokenizer}/sp'"}))
+            run(tiny_config(prepared, **alone, **{"tokenizer.path": f"{tmp_path}/{tokenizer}/sp"}))
 
 
 @pytest.mark.parametrize("content, where", [

@@ -222,7 +222,9 @@ def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
     if "\x00" in text:
         stats.skip("NUL bytes", where)
         return None
-    text = normalize(text.lstrip("\ufeff")).strip()
+    # Stripped before normalising: a line of control characters stays a (token-
+    # less, counted) sentence as before, not a document boundary.
+    text = normalize(text.strip().lstrip("\ufeff"))
     if len(text) > MAX_LINE_CHARS:
         stats.skip(f"longer than {MAX_LINE_CHARS} chars", where)
         return None
