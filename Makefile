@@ -15,6 +15,9 @@ $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e .
+	# the demo vocabulary's word list (tokenizer.corpus "urimalsam"); --no-deps:
+	# only its data file is read (kjax/text/corpus.py)
+	$(PIP) install -q --no-deps wordextractor==0.2.1
 	touch $(STAMP)
 
 # The tests exercise the torch/tfds/beam extras too. The CPU build of PyTorch

@@ -15,12 +15,20 @@ CORE = [
     "numpy>=1.26,<3",
     "tensorboardX>=2.6,<3",
     "matplotlib>=3.8,<4",
+    # NanumGothic for the Hangul labels of kjax analyze's pictures (the font file
+    # only: kjax/analysis/plots.py registers it; the package is never imported).
+    "koreanize-matplotlib>=0.1.1,<0.2",
     "tqdm>=4.66,<5",
     "safetensors>=0.4,<1",
     "scipy>=1.11,<2",
     # The demo corpus: KoNLPy's wheel ships the Korean constitution and ten
     # National Assembly bills as plain text (no download at run time).
     "konlpy>=0.6,<0.7",
+    # ... and ChatterBot's Korean dialogues (1,170 everyday utterances, BSD, no
+    # dependencies). The demo vocabulary also reads 우리말샘's headwords from the
+    # wordextractor wheel, installed with --no-deps by the Makefile (its own
+    # dependencies are heavy and unused): kjax/text/corpus.py PACKAGE_CORPORA.
+    "chatterbot-corpus>=1.3.3,<1.4",
     # One file layer for every path (kjax/paths.py): fsspec, with gcsfs for gs://
     # (etils.epath, which orbax uses, is sent to gcsfs too: kjax/__init__.py).
     "fsspec>=2024.2,<2027",

@@ -40,6 +40,8 @@ TINY=(--config tpu_configs/demo.py --config.model.vocab_size=600 --config.tokeni
       --config.model.intermediate_size=64 --config.model.max_position_embeddings=64
       --config.data.max_seq_len=64 --config.data.max_predictions_per_seq=10
       --config.tokenizer.path=smoke/tok/sp --config.data.dir=smoke/examples
+      --config.tokenizer.corpus=konlpy --config.data.corpus=konlpy
+      --config.tokenizer.character_coverage=0.9995
       --config.train.batch_size=16 --config.train.num_steps=3 --config.train.warmup_steps=1
       --config.train.log_every=1 --config.train.eval_every=0 --config.train.checkpoint_every=3)
 "$KJAX" tokenizer train "${TINY[@]}"

@@ -3,7 +3,7 @@
 Folders follow the data's path; a module imports only its own layer or lower
 ones (tests/test_architecture.py enforces it; docs/ARCHITECTURE.md explains):
 
-     0 base        errors, paths (the file layer), config (tree, schema, checks, loading)
+     0 base        errors, paths (the file layer), progress, config (tree, schema, checks, loading)
      1 text        corpus reading
      2 morph       Kiwi morphemes
      3 tokens      tokenizers, tokenizer statistics

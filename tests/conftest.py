@@ -27,6 +27,9 @@ def tiny_overrides(tmp: str, **extra) -> list[str]:
         "model.intermediate_size": 64, "model.max_position_embeddings": 64,
         "model.dtype": "float32",
         "tokenizer.path": f"{tmp}/tok/sp", "data.dir": f"{tmp}/examples",
+        # the small fixture corpus (KoNLPy's 0.13 MB), not the demo's vocabulary text
+        "tokenizer.corpus": "", "data.corpus": "konlpy",
+        "tokenizer.character_coverage": 0.9995, "tokenizer.input_sentence_size": 2_000_000,
         "data.max_seq_len": 64, "data.max_predictions_per_seq": 10,
         "train.batch_size": 16, "train.num_steps": 6, "train.warmup_steps": 2,
         "train.log_every": 1, "train.eval_every": 0, "train.checkpoint_every": 3,

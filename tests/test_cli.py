@@ -92,7 +92,8 @@ def test_train_without_prepared_data(tmp_path, capsys):
 def test_missing_tokenizer_and_corpus(tmp_path, capsys):
     assert main(["prepare", "--config", DEMO_CONFIG, *tiny_overrides(str(tmp_path))]) == 2
     assert "run `kjax tokenizer train" in capsys.readouterr().err
-    assert main(["tokenizer", "train", "--config", DEMO_CONFIG, "--config.data.corpus="]) == 2
+    assert main(["tokenizer", "train", "--config", DEMO_CONFIG, "--config.data.corpus=",
+                 "--config.tokenizer.corpus="]) == 2
     assert "data.corpus is empty" in capsys.readouterr().err
 
 

@@ -64,3 +64,10 @@ def test_demo_continues_its_own_run_and_deletes_nothing(tmp_path, monkeypatch, c
     assert "run holds a run with another config (model.hidden_size: 32 → 64" in err
     assert "nothing was deleted" in err
     assert {k for k in before if not k.startswith("data/")} <= set(tree(tmp_path / "run"))
+
+
+def test_the_summary_says_what_the_numbers_say():
+    from kjax.cli.demo import loss_trend
+    assert loss_trend(7.622, 7.628) == "loss rose from 7.622 to 7.628"
+    assert loss_trend(7.628, 6.1) == "loss fell from 7.628 to 6.100"
+    assert loss_trend(7.6221, 7.6224) == "loss stayed at 7.622"

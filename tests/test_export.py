@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
-from transformers import (AutoModel, AutoModelForPreTraining, AutoTokenizer, BertConfig,
-                          BertForPreTraining, ElectraConfig, ElectraForPreTraining,
+from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining,
+                          AutoTokenizer, BertConfig, BertForPreTraining, ElectraConfig,
+                          ElectraForPreTraining,
                           RobertaConfig, RobertaForMaskedLM)
 
 from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
@@ -310,6 +311,16 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
     assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir",
                  str(tmp_path / "w"), "--out", out, "--with-pretraining-heads"]) == 0
     assert "trust_remote_code=True" in open(os.path.join(out, "README.md")).read()
+    printed = run_model_card(out)
+    assert "torch.Size([1, 3])" in printed           # the classification head's logits
+    mlm = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
+    batch = AutoTokenizer.from_pretrained(out, trust_remote_code=True).multihot_inputs(
+        ["나는 학교에서 보았다"], return_tensors="pt")
+    with torch.no_grad():     # the MaskedLM class loads the pretraining MLM head as exported
+        logits = mlm(**batch).logits.numpy()
+        mask = batch["attention_mask"].numpy()
+    reference = hx.jax_outputs(params, enc, {k: v.numpy() for k, v in batch.items()})
+    assert np.abs((logits - np.asarray(reference["mlm_logits"])) * mask[..., None]).max() < 1e-4
     back, _ = hx.restore_params(config, str(tmp_path / "w"))
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
                                                     jax.tree.leaves(params)))
@@ -322,6 +333,22 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
     assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, batch),
                                   hx.torch_outputs(model, batch), batch["attention_mask"]),
                  {"mlm_logits", "nsp_logits", "hidden", "pooled"})
+
+
+def run_model_card(folder: str) -> str:
+    """Runs every ```python block of an exported README.md as a user would
+    (a fresh namespace, nothing imported before); returns what it printed."""
+    import contextlib
+    import io
+    import re
+    card = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```python\n(.*?)```", card, re.S)
+    assert blocks
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for block in blocks:
+            exec(compile(block, os.path.join(folder, "README.md"), "exec"), {})
+    return printed.getvalue()
 
 
 # ---- the command line: train → export → transformers → import ----------------------------
@@ -337,6 +364,8 @@ def test_cli_export_and_import_round_trip(prepared, tmp_path):
         set(os.listdir(out))
     card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
     assert "step 6" in card and "mlm_accuracy" in card and "konlpy" in card
+    printed = run_model_card(out)
+    assert "torch.Size([1, 3])" in printed and printed.count("[") >= 3   # shapes, top-5
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForPreTraining.from_pretrained(out).eval()
     batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],

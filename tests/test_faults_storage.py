@@ -285,7 +285,7 @@ def test_damaged_gz_corpora_are_skipped_and_named_or_refused(prepared, tmp_path)
     meta = prepare(config, progress=False)
     assert meta["skipped_lines"]["damaged .gz (rest of file)"] == 2
     assert truncated in meta["corpus"] and plain in meta["corpus"] and meta["train_examples"] > 0
-    alone = {"data.corpus": f"{plain}", "data.dir": f"{tmp_path}/examples2"}
+    alone = {"data.corpus": plain, "data.dir": f"{tmp_path}/examples2"}
     for run, tokenizer in ((train_tokenizer, "tok2"), (prepare, "tok")):
         with pytest.raises(KjaxError, match=rf"data.corpus: no usable sentence was read; "
                                             rf"damaged files: {re.escape(plain)}: not gzip"):

@@ -2,14 +2,21 @@
 
 - `<run>_layer<l>.png` for the chosen sentence: one column per head plus the
   whole layer; rows α (queries × keys), ‖f(x_j)‖ (bars over keys) and
-  ‖α f(x)‖. Each panel is scaled to its own maximum (printed in its title):
-  compare patterns across panels, read values from report.json.
+  ‖α f(x)‖. Each panel is scaled to its own maximum (its colorbar): compare
+  patterns across panels, read values from report.json. The pairs B shakes
+  (METHODS Eq. 1: postposition query → its substantive's keys, the config's
+  shake.variant) are outlined in red on every α and ‖α f(x)‖ panel, in the
+  unshaken pictures too (where shaking would act).
 - `correlation_by_class.png`, `postposition_share.png`,
   `received_by_class.png`, `fx_norm_cv.png`: summaries across layers.
 
-Korean labels need a font with Hangul; when none is installed the labels are
-transliterated syllable by syllable (Revised Romanisation letters, no sound
-changes) and the picture says so. Key labels are coloured by token class.
+Korean labels are drawn in NanumGothic, which the koreanize-matplotlib wheel
+ships (a kjax dependency: nothing to install system-wide, works offline);
+its font file is registered with matplotlib without importing that package
+(its import changes global rcParams and needs distutils). Should no Hangul
+font be found at all, labels are transliterated syllable by syllable
+(Revised Romanisation letters) and the picture says so. Key labels are
+coloured by token class.
 """
 from __future__ import annotations
 
@@ -39,8 +46,24 @@ _FINALS = ("", "k", "k", "k", "n", "n", "n", "t", "l", "k", "m", "l", "l", "l", 
            "m", "p", "p", "t", "t", "ng", "t", "t", "k", "t", "p", "t")
 
 
+def bundled_font_file() -> str | None:
+    """NanumGothic.ttf of the koreanize-matplotlib wheel (found, not imported)."""
+    import importlib.util
+    spec = importlib.util.find_spec("koreanize_matplotlib")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "fonts", "NanumGothic.ttf")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def hangul_font() -> str | None:
+    """A font family with Hangul: the bundled NanumGothic, else an installed one."""
     installed = {f.name for f in font_manager.fontManager.ttflist}
+    bundled = bundled_font_file()
+    if bundled and "NanumGothic" not in installed:
+        font_manager.fontManager.addfont(bundled)
+        installed.add("NanumGothic")
     return next((name for name in HANGUL_FONTS if name in installed), None)
 
 
@@ -89,11 +112,25 @@ def _bf_text(bf) -> str:
 
 # ---- one sentence, one layer per picture ------------------------------------------------
 
-def _heatmap(ax, matrix, title):
+def _heatmap(ax, matrix, title, marked=None):
     top = float(np.max(matrix)) or 1.0
-    ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=top, aspect="equal",
-              interpolation="nearest")
+    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=top, aspect="equal",
+                      interpolation="nearest")
+    bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+    bar.ax.tick_params(labelsize=6)
     ax.set_title(f"{title}\nmax {top:.3g}", fontsize=8)
+    if marked is not None:
+        mark_pairs(ax, marked)
+
+
+def mark_pairs(ax, marked) -> int:
+    """Outlines each cell (query i, key j) with B[i, j] != 0 in red; returns how many."""
+    from matplotlib.patches import Rectangle
+    cells = np.argwhere(np.asarray(marked) != 0)
+    for i, j in cells:
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="#ff2020",
+                               linewidth=1.2, gid="shaken-pair"))
+    return len(cells)
 
 
 def _bars(ax, values, classes, title):
@@ -103,8 +140,10 @@ def _bars(ax, values, classes, title):
     ax.tick_params(axis="y", labelsize=6)
 
 
-def sentence_heatmaps(result: dict, item, run: str, bf, out_dir: str) -> list[str]:
-    """One PNG per layer for one sentence; returns the paths."""
+def sentence_heatmaps(result: dict, item, run: str, bf, out_dir: str,
+                      marked=None) -> list[str]:
+    """One PNG per layer for one sentence; returns the paths. `marked`: B
+    [n, n] of the sentence (its nonzero cells are outlined)."""
     labeller = Labeller()
     labels, classes = labeller(item.labels), [CLASSES[c] for c in item.classes]
     n = len(labels)
@@ -114,7 +153,7 @@ def sentence_heatmaps(result: dict, item, run: str, bf, out_dir: str) -> list[st
     paths = []
     for layer in range(layers):
         cols = heads + 1
-        fig, axes = plt.subplots(3, cols, figsize=(panel * cols, panel * 2.3 + 1.2),
+        fig, axes = plt.subplots(3, cols, figsize=(panel * cols * 1.3, panel * 2.3 + 1.2),
                                  gridspec_kw={"height_ratios": [1, 0.3, 1]}, squeeze=False)
         for h in range(cols):
             whole = h == heads
@@ -123,9 +162,9 @@ def sentence_heatmaps(result: dict, item, run: str, bf, out_dir: str) -> list[st
             fx = result["layer_fx_norm"][layer] if whole else result["fx_norm"][layer, h]
             weighted = (result["layer_weighted_norm"][layer] if whole
                         else result["alpha"][layer, h] * result["fx_norm"][layer, h][None, :])
-            _heatmap(axes[0, h], alpha, f"{name}: α" + (" (mean)" if whole else ""))
+            _heatmap(axes[0, h], alpha, f"{name}: α" + (" (mean)" if whole else ""), marked)
             _bars(axes[1, h], fx, classes, f"‖f(x)‖" + (" = ‖Σ_h f^h‖" if whole else ""))
-            _heatmap(axes[2, h], weighted, "‖Σ_h α f(x)‖" if whole else "‖α f(x)‖")
+            _heatmap(axes[2, h], weighted, "‖Σ_h α f(x)‖" if whole else "‖α f(x)‖", marked)
             for row in range(3):
                 ax = axes[row, h]
                 ax.set_xticks(tick)
@@ -135,11 +174,14 @@ def sentence_heatmaps(result: dict, item, run: str, bf, out_dir: str) -> list[st
                     ax.set_yticks(tick)
                     ax.set_yticklabels([labels[i] for i in tick] if h == 0 else [], fontsize=6)
                 labeller.apply(ax.get_xticklabels(), [classes[i] for i in tick])
-                labeller.apply(ax.get_yticklabels(), [classes[i] for i in tick])
+                if row != 1:   # the bars' y ticks are numbers
+                    labeller.apply(ax.get_yticklabels(), [classes[i] for i in tick])
         axes[0, 0].set_ylabel("query i")
         axes[2, 0].set_ylabel("query i")
         fig.supxlabel("key j  (colour: [CLS] grey, [SEP] olive, punctuation green, postposition "
-                      "red, substantive blue)" + labeller.note, fontsize=9)
+                      "red, substantive blue)" + labeller.note
+                      + ("; red squares: the pairs B shakes (Eq. 1)"
+                         if marked is not None and np.any(marked) else ""), fontsize=9)
         fig.suptitle(f"{run} ({_bf_text(bf)}), layer {layer}: attention weight α vs "
                      f"‖f(x)‖ vs ‖α f(x)‖ — each panel scaled to its own max", fontsize=11)
         paths.append(_save(fig, os.path.join(out_dir, f"{run}_layer{layer}.png")))

@@ -23,6 +23,7 @@ from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman
 from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.inputs import input_mode
+from kjax.progress import Progress
 
 CORRELATION_CLASSES = text_inputs.CLASSES + ("all",)
 # What each number of a report averages over (copied into every report).
@@ -70,6 +71,24 @@ def boost_factors(config, bf: float | None) -> tuple[float, ...]:
     return tuple(float(x) for x in per_layer) or (float(config.model.shake_factor),) * layers
 
 
+def check_pairs(config, items, bf: float | None) -> None:
+    """A shaken run whose B is zero for every text would be the unshaken run
+    again under another name: refused in one line."""
+    if any(np.any(np.asarray(text_inputs.shake_matrix(item, item.length, config.shake, i),
+                             np.float32)) for i, item in enumerate(items)):
+        return
+    given = f"--bf {bf:g}" if bf is not None else \
+        f"model.shake_factor={config.model.shake_factor:g} (the config's)"
+    variant = config.shake.variant if config.shake.variant != "none" else "pos"
+    why = (f"tokenizer.scheme={config.tokenizer.scheme!r} has no POS tags, so variant "
+           f"{variant!r} finds no postposition pairs" if config.tokenizer.scheme ==
+           "sentencepiece" and variant == "pos" else
+           f"shake.variant={variant!r} gives no pairs for these {len(items)} texts")
+    raise KjaxError(f"kjax analyze {given}: nothing to shake ({why}); the shaken pictures "
+                    f"would equal the unshaken ones. Analyse a morph-sp or multihot model, "
+                    f"or drop --bf (and pass --bf 0 when the config sets model.shake_factor)")
+
+
 def analysis_step(config, bf: tuple[float, ...]):
     """jit(params, batch) → the norms of kjax.analysis.norms.analysis_norms, all layers."""
     from kjax.train.state import make_model
@@ -96,6 +115,8 @@ def run_texts(params, config, items, bf: tuple[float, ...], batch_size: int) -> 
     longest = max(len(item.example["input_ids"]) for item in items)
     seq_len = min(config.data.max_seq_len, -(-longest // 8) * 8)   # few shapes, few compiles
     results = []
+    bar = Progress(f"analyze ({'shaken' if shaken else 'unshaken'})", total=len(items),
+                   unit="text")
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         filler = [chunk[0]] * (batch_size - len(chunk))   # one batch shape: one compile
@@ -108,6 +129,8 @@ def run_texts(params, config, items, bf: tuple[float, ...], batch_size: int) -> 
                 "layer_alpha": out["layer_alpha"][:, b, :n, :n],
                 "layer_fx_norm": out["layer_fx_norm"][:, b, :n],
                 "layer_weighted_norm": out["layer_weighted_norm"][:, b, :n, :n]})
+        bar.update(len(chunk))   # device_get above: these texts are done
+    bar.close()
     return results
 
 
@@ -206,12 +229,13 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
     tokenizer = load_tokenizer(config)
     mode = input_mode(config)   # its positions, position ids and model inputs (kjax/inputs)
     items = [text_inputs.encode_text(tokenizer, t, config.data.max_seq_len, mode) for t in texts]
-    params, step = restore_params(config, workdir, step)
     layers = config.model.num_layers
     shaken_bf = boost_factors(config, bf)
     runs = {"unshaken": (0.0,) * layers}
     if any(x != 0 for x in shaken_bf):
+        check_pairs(config, items, bf)
         runs["shaken"] = shaken_bf
+    params, step = restore_params(config, workdir, step)
     os.makedirs(out_dir, exist_ok=True)
     report = {
         "checkpoint": {"workdir": workdir if paths.is_remote(workdir) else
@@ -230,11 +254,14 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
                      "classes": [text_inputs.CLASSES[c] for c in items[sentence_index].classes]},
     }
     pictures = []
+    item = items[sentence_index]   # its B: the pairs marked on every α panel
+    marked = np.asarray(text_inputs.shake_matrix(item, item.length, config.shake,
+                                                 sentence_index), np.float32)
     for name, run_bf in runs.items():
         results = run_texts(params, config, items, run_bf, batch_size)
         report["runs"][name] = summarize_run(results, items, run_bf)
         pictures += plots.sentence_heatmaps(results[sentence_index], items[sentence_index],
-                                            name, run_bf, out_dir)
+                                            name, run_bf, out_dir, marked)
     report = jsonable(report)
     pictures += plots.summary_plots(report, out_dir)
     report["pictures"] = [os.path.basename(p) for p in pictures]

@@ -6,12 +6,13 @@ tpu_configs/) and any number of `--config.key=value` overrides.
     kjax train           --config tpu_configs/demo.py --workdir runs/demo
     kjax eval            --workdir runs/demo [--step N]   (the run's recorded config)
     kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
+    kjax config show     [--config C] [--diff WORKDIR]   (every key, value, meaning)
 
 Verbs that work on a run (train, eval, export, analyze, finetune --init,
 inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
 when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
-(gs://bucket/...): kjax/paths.py. Every key of the config, its default and
-meaning: kjax/config/schema.py.
+(gs://bucket/...): kjax/paths.py. Every key of the config, its value and
+meaning: `kjax config show` (from kjax/config/schema.py).
 
 Failures and what to do about them: docs/RECOVERY.md.
 """
@@ -30,13 +31,22 @@ from kjax.errors import KjaxError
 # (fn(args, config) -> exit code), optionally before_load=fn(args) and
 # distributed=True (jax.distributed before the verb runs).
 VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.cli.knowledge",
-                "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze")
+                "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze",
+                "kjax.cli.show_config")
 # Verbs whose --config defaults to the one recorded in their run's workdir.
 RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is a KjaxError like every other user error:
+    one line naming the argument and where the usage is (not the usage dump)."""
+
+    def error(self, message):
+        raise KjaxError(f"{message.rstrip()} (usage: `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kjax", description=__doc__,
+    parser = Parser(prog="kjax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name in VERB_MODULES:
@@ -86,7 +96,8 @@ def run(argv: list[str]) -> int:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "before_load", None):
         args.before_load(args)
-    config = load(args, parser)
+    # (a verb with own_config=True loads what it shows itself: `kjax config show`)
+    config = None if getattr(args, "own_config", False) else load(args, parser)
     if getattr(args, "distributed", False):
         from kjax.parallel.mesh import maybe_initialize_distributed
         maybe_initialize_distributed()

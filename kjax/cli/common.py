@@ -15,7 +15,7 @@ def add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--config", required=required, help=help_text)
     p.add_argument("overrides", nargs="*", default=[], metavar="--config.KEY=VALUE",
                    help="override any config key, e.g. --config.train.num_steps=1000 "
-                   "(every key, its default and meaning: kjax/config/schema.py)")
+                   "(every key, its value and meaning: `kjax config show`)")
 
 
 def print_json(result: dict) -> None:

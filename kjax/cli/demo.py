@@ -41,6 +41,12 @@ def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
         scheme = "multihot"
     out = [f"--config.tokenizer.scheme={scheme}"] if scheme else []
+    if scheme in ("morph-sp", "multihot"):
+        # Kiwi analyses every sentence the vocabulary is trained on: the 969k
+        # headwords of the sentencepiece demo would take an hour, so these
+        # demos train theirs on the prose, at the size the prose supports.
+        out += ["--config.tokenizer.corpus=", "--config.tokenizer.vocab_size=1000",
+                "--config.model.vocab_size=1000", "--config.tokenizer.character_coverage=0.9995"]
     if scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
         out += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
                 "--config.data.mask_unit=morpheme"]
@@ -72,7 +78,10 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     compared once the vocabulary size is known)."""
     from kjax import paths
     from kjax.config.recorded import config_differences, recorded_config_path
-    if not paths.listdir(workdir):
+    if paths.isfile(workdir):   # before the tokenizer and prepare spend minutes
+        raise KjaxError(f"--workdir {workdir} is a file, not a directory; pass a directory "
+                        f"(it is created if missing)")
+    if not paths.exists(workdir) or not paths.listdir(workdir):
         return False
     recorded = recorded_config_path(workdir)
     if not paths.isfile(recorded):
@@ -87,6 +96,14 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
                         f"pass another --workdir to start a new demo, or `kjax train --workdir "
                         f"{workdir}` to continue that run (nothing was deleted)")
     return True
+
+
+def loss_trend(first: float, final: float) -> str:
+    """The summary's words follow the numbers as printed (3 decimals)."""
+    a, b = f"{first:.3f}", f"{final:.3f}"
+    if a == b:
+        return f"loss stayed at {a}"
+    return f"loss {'fell' if float(b) < float(a) else 'rose'} from {a} to {b}"
 
 
 def run_demo(config, workdir: str) -> None:
@@ -121,7 +138,8 @@ def run_demo(config, workdir: str) -> None:
         heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
         print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
     if len(curve) >= 2 and "peak_source" in result:
-        print(f"loss fell from {curve[0]['loss']:.3f} to {curve[-1]['loss']:.3f}; "
+        first, final = curve[0]["loss"], curve[-1]["loss"]
+        print(f"{loss_trend(first, final)}; "
               f"{result.get('tokens_per_sec', 0):.0f} tokens/s, MFU {result.get('mfu', 0):.1%} "
               f"(vs {result['peak_source']})")
     if "message" in result:

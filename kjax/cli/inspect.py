@@ -1,5 +1,7 @@
 """`kjax inspect "문장" --config C [--json]`: what the pipeline makes of one
-text — Kiwi's morphemes (tag, char span, eojeol) and the configured
+text; `kjax inspect --file TEXTS --config C [--out OUT.jsonl]`: the same for
+every line of a file (one text a line, one process, the tokenizer loaded once),
+one JSON object a line. Both show Kiwi's morphemes (tag, char span, eojeol) and the configured
 tokenizer's tokens with their per-token arrays (morph, inpos, tag, eojeol).
 
 The output is a list of sections, each printed as a table (or a key of the
@@ -11,7 +13,8 @@ mode's positions) and knowledge (multihot). Features add theirs to
 
 (or None when it does not apply), where `encoded` holds:
 
-    text        the text as analysed (NFC, odd whitespace → " "; offsets refer to it)
+    text        the text as analysed: kjax/text/normalize.py, the normalisation
+                prepare, fine-tuning and the exported tokenizer apply (offsets refer to it)
     morphemes   list[kjax.morph.Morpheme]
     tokens      token strings; ids, morph, inpos, tag, eojeol: the per-token arrays
     example     the text as a one-segment model input `[CLS] tokens [SEP]`, in the
@@ -208,7 +211,12 @@ def register(verbs, add_config) -> None:
     p = verbs.add_parser("inspect", help="morphemes, tokens and per-token arrays of one text "
                          "under the configured tokenizer, its shaking pairs and (multihot) "
                          "knowledge targets")
-    p.add_argument("text", help='the text, e.g. "나는 너를 학교에서 보았다"')
+    p.add_argument("text", nargs="?", default=None,
+                   help='the text, e.g. "나는 너를 학교에서 보았다" (or --file)')
+    p.add_argument("--file", default=None, metavar="TEXTS", help="inspect every line of this "
+                   "UTF-8 file (one text a line; blank lines skipped) and write JSON Lines")
+    p.add_argument("--out", default=None, metavar="OUT.jsonl", help="with --file: where the "
+                   "JSON Lines go (default: stdout)")
     add_config(p, required=False)
     p.add_argument("--workdir", default=None, help="a training run: use the config it "
                    "recorded (WORKDIR/kjax_config.py) when --config is not given")
@@ -217,7 +225,53 @@ def register(verbs, add_config) -> None:
 
 
 def _run(args, config) -> int:
+    if (args.text is None) == (args.file is None):
+        raise KjaxError("kjax inspect: give a text or --file TEXTS (one text a line), not "
+                        "both or neither")
+    if args.file is not None:
+        return _run_file(args, config)
+    if args.out is not None:
+        raise KjaxError("kjax inspect: --out goes with --file (one text: --json prints JSON)")
     result = inspect_text(args.text, config)
     print(json.dumps(result, ensure_ascii=False, indent=2) if args.json
           else format_inspection(result))
+    return 0
+
+
+def read_lines(path: str) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a UTF-8 file."""
+    from kjax import paths
+    if not paths.isfile(path):
+        raise KjaxError(f"--file {path!r} not found; pass a UTF-8 file with one text a line")
+    try:
+        text = paths.read_text(path)
+    except UnicodeDecodeError as e:
+        raise KjaxError(f"--file {path}: not UTF-8 ({e.reason} at byte {e.start}); "
+                        f"save it as UTF-8") from None
+    return [(n, line.rstrip("\r")) for n, line in enumerate(text.split("\n"), 1)
+            if line.strip()]
+
+
+def _run_file(args, config) -> int:
+    """Batch mode: one JSON object a line ({"line": N, ...inspect_text}),
+    in file order; the tokenizer and Kiwi are loaded once."""
+    import contextlib
+    import sys
+
+    from kjax import paths
+    from kjax.progress import Progress
+    from kjax.tokens.factory import open_tokenizer
+    lines = read_lines(args.file)
+    tokenizer = open_tokenizer(config)
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout if args.out is None else \
+            stack.enter_context(paths.open_file(args.out, "w", encoding="utf-8"))
+        with Progress("inspect", total=len(lines), unit="text",
+                      enabled=args.out is not None) as bar:
+            for n, text in lines:
+                out.write(json.dumps({"line": n, **inspect_text(text, config, tokenizer)},
+                                     ensure_ascii=False) + "\n")
+                bar.update()
+    if args.out is not None:
+        print(f"inspected {len(lines)} texts of {args.file} → {args.out}")
     return 0

@@ -176,10 +176,13 @@ TOKENIZER = {
                               open_min=True),
     "input_sentence_size": at_least(0, 2_000_000, "sentences sentencepiece samples (0: all)"),
     "path": Key("runs/tokenizer/sp", "tokenizer file prefix (.model/.vocab, .multihot.txt)"),
+    "corpus": Key("", "text the vocabulary is trained on, as data.corpus (\"\": data.corpus); "
+                  "e.g. more text than is worth pretraining on, for coverage"),
 }
 
 DATA = {
-    "corpus": Key("", "files/globs (comma separated, .gz, gs://), \"konlpy\" (demo) or "
+    "corpus": Key("", "files/globs (comma separated, .gz, gs://), a packaged corpus (konlpy, "
+                  "chatterbot-ko, urimalsam: kjax/text/corpus.py) or "
                   "tfds:NAME/CONFIG[:SPLIT]"),
     "tfds_data_dir": Key("", "where a tfds: corpus was prepared (\"\": tfds' default)"),
     "document_per_file": Key(False, "each file is one document (blank lines ignored)"),

@@ -281,6 +281,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     """`kjax export`: checkpoint → transformers folder (weights, config,
     tokenizer, model card)."""
     from kjax import paths
+    from kjax.export.model_card import write_model_card
     from kjax.export.tokenizer_export import export_tokenizer
     from kjax.tokens.factory import local_tokenizer
     input_mode(config).export_check(config)   # a mode transformers cannot run: one line
@@ -303,62 +304,3 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
             "architecture": architecture(enc, with_heads),
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}
-
-
-def _last_metrics(workdir: str) -> dict[str, dict]:
-    from kjax.train.logdir import read_run_metrics
-    last: dict[str, dict] = {}
-    try:
-        for record in read_run_metrics(workdir):
-            last[record.get("split", "train")] = record
-    except (OSError, ValueError):
-        pass  # a card without metrics beats no export
-    return last
-
-
-def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: bool,
-                     dtype: str, tokenizer: dict, shown_as: str | None = None) -> str:
-    """README.md: what was trained, on what, for how long, and how it ended
-    (`shown_as`: the folder's name in the usage lines, when written elsewhere)."""
-    m, d, t = config.model, config.data, config.train
-    enc = EncoderConfig.from_config(m)
-    remote = ", trust_remote_code=True" if mx.is_multihot(enc) else ""
-    lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
-             "---", f"# {config.name} (kjax export, step {step})", "",
-             f"A BERT encoder pretrained with kjax (MLM + NSP), exported at step {step} of "
-             f"{t.num_steps} as {architecture(enc, with_heads)} ({dtype}).",
-             "", "## Model",
-             f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
-             f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
-             f"{m.max_position_embeddings}; post-LN, exact GELU. SHAKE boost factor "
-             f"{m.shake_factor_per_layer or m.shake_factor}." + (
-                 " Multi-hot input generator (UKnowBERT, METHODS Eq. 3–4): one position per "
-                 "morpheme, in modeling_kjax_multihot.py; knowledge heads are not exported."
-                 if remote else ""), "",
-             "## Training",
-             f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
-             f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
-             f"- batch {t.batch_size}, learning rate {t.learning_rate}, warmup "
-             f"{t.warmup_steps}, weight decay {t.weight_decay}",
-             f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
-    metrics = _last_metrics(workdir)
-    if metrics:
-        lines += ["## Last metrics", "| split | step | metric | value |", "|---|---|---|---|"]
-        for split, record in sorted(metrics.items()):
-            for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
-                if isinstance(record.get(key), (int, float)):
-                    lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
-        lines.append("")
-    lines += ["## Use", "```python", "from transformers import AutoModel",
-              f"model = AutoModel.from_pretrained({shown_as or out_dir!r}{remote})",
-              tokenizer["usage"],
-              *(["batch = tokenizer.multihot_inputs([\"나는 학교에서\"], return_tensors=\"pt\")",
-                 "out = model(**batch)"] if remote else []), "```", "",
-              "Attention-logit shaking (METHODS Eq. 1): `import kjax.export.torch_shake`, load with "
-              "`attn_implementation=\"kjax_shake\"` and pass `shake_matrix=B` to `forward`.", "",
-              "## Training config", "```", config.to_json_best_effort(indent=1)
-              if hasattr(config, "to_json_best_effort") else str(config), "```", ""]
-    path = os.path.join(out_dir, "README.md")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    return path

@@ -2,11 +2,10 @@
 
 - `sentencepiece`: a `tokenizer.json` for transformers' fast backend, built
   from the .model file (pieces, scores, kjax's special ids) — no custom code.
-  It mirrors sentencepiece's own normalisation (identity rule): NFC (kjax's
-  corpus reader applies it), runs of spaces collapsed, trailing spaces and
-  ▁ dropped, a dummy ▁ in front; other whitespace (tab, CR, LF, U+3000)
-  stays a character like any other, so it is [UNK] unless the vocabulary
-  has it, exactly as in kjax. Unigram and BPE models are both supported.
+  It applies kjax's one normalisation (kjax/text/normalize.py: NFC, every
+  other whitespace or control character — tab, CR, LF, U+3000, U+00A0 — → " ")
+  and then sentencepiece's own (identity rule): runs of spaces collapsed,
+  trailing spaces and ▁ dropped, a dummy ▁ in front. Unigram and BPE models are both supported.
 - `morph-sp`, `multihot`: Kiwi analysis comes first, which no tokenizer.json
   can express, so these ship Python tokenizer classes (below) that call kjax's
   own tokenizers; load them with `KjaxMorphSPTokenizer.from_pretrained(DIR)`
@@ -21,10 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import unicodedata
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.text.normalize import ODD_WHITESPACE, normalize
 from kjax.tokens.sentencepiece import CLS, SEP, SPECIAL_TOKENS, WORD_START
 
 SPECIAL_KWARGS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
@@ -141,7 +140,9 @@ def build_fast_tokenizer(model_file: str):
                            merges=_bpe_merges(pieces, len(SPECIAL_TOKENS)),
                            unk_token="[UNK]", fuse_unk=True, byte_fallback=False)
     tok = Tokenizer(model)
-    steps = [normalizers.NFC(),                                # kjax's corpus reader
+    odd = "".join(f"\\x{{{ord(c):x}}}" for c in ODD_WHITESPACE)
+    steps = [normalizers.NFC(),                                # kjax/text/normalize.py
+             normalizers.Replace(Regex(f"[{odd}]"), " "),       # ... its odd whitespace
              normalizers.Replace(Regex(" {2,}"), " "),          # sp: collapse spaces
              normalizers.Replace(Regex(f"[ {WORD_START}]+\\z"), "")]  # sp: trailing ▁ go
     if spec["add_dummy_prefix"]:
@@ -174,8 +175,9 @@ def export_sentencepiece(model_file: str, out_dir: str, model_max_length: int):
 
 
 def kjax_reference_ids(tokenizer, text: str) -> list[int]:
-    """What kjax's data path gives a text: NFC (the corpus reader) + encode."""
-    return [int(i) for i in tokenizer.encode(unicodedata.normalize("NFC", text))["ids"]]
+    """What kjax's data path gives a text: kjax/text/normalize.py (the corpus
+    reader and every tokenizer apply it) + encode."""
+    return [int(i) for i in tokenizer.encode(normalize(text))["ids"]]
 
 
 # ---- Kiwi schemes: Python tokenizer classes ------------------------------
@@ -275,7 +277,7 @@ class KjaxMultihotTokenizer(_KiwiTokenizer):
         texts = [text] if isinstance(text, str) else list(text)
         pairs = [text_pair] if isinstance(text_pair, str) else \
             list(text_pair or [None] * len(texts))
-        encode = lambda t: self.kjax.encode(unicodedata.normalize("NFC", t))  # noqa: E731
+        encode = lambda t: self.kjax.encode(normalize(t))  # noqa: E731
         empty = {k: np.zeros(0, np.int32) for k in TOKEN_ARRAYS}
         examples = []
         for a, b in zip(texts, pairs, strict=True):

@@ -20,8 +20,12 @@ modeling_kjax_multihot.py and points config.json's auto_map at it, so
 
     AutoModel.from_pretrained(folder, trust_remote_code=True)
     AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True)
+    AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)
+    AutoModelForSequenceClassification.from_pretrained(folder, num_labels=N,
+                                                       trust_remote_code=True)
 
-load it. It imports only torch and transformers (remote code must not need
+load it (MaskedLM needs an export with --with-pretraining-heads; the
+classification head is new, for fine-tuning). It imports only torch and transformers (remote code must not need
 kjax). Shaking works as for BERT: `import kjax.export.torch_shake`, load with
 attn_implementation="kjax_shake", pass `shake_matrix=B` [b, s, s] over positions.
 """
@@ -32,11 +36,13 @@ from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import BertConfig
 from transformers import initialization as init
+from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import (BertEmbeddings, BertEncoder,
-                                                    BertForPreTraining,
-                                                    BertForPreTrainingOutput, BertModel,
-                                                    BertPooler, BertPreTrainedModel,
-                                                    BertPreTrainingHeads)
+                                                    BertForMaskedLM, BertForPreTraining,
+                                                    BertForPreTrainingOutput,
+                                                    BertForSequenceClassification, BertModel,
+                                                    BertOnlyMLMHead, BertPooler,
+                                                    BertPreTrainedModel, BertPreTrainingHeads)
 
 MULTIHOT_KEYS = ("token_position", "token_inpos", "position_tags")
 
@@ -142,5 +148,50 @@ class KjaxMultihotForPreTraining(BertForPreTraining):
                                         attentions=outputs.attentions)
 
 
+class KjaxMultihotForMaskedLM(BertForMaskedLM):
+    """The multi-hot encoder with BERT's MLM head (decoder tied to E_tok): logits
+    per position (morpheme) over the token vocabulary. Loads the MLM head of an
+    export made with --with-pretraining-heads (cls.predictions.*). kjax trains
+    it with the multi-target loss of Eq. 7–9, not computed here (no `labels`)."""
+    config_class = KjaxMultihotConfig
+
+    def __init__(self, config):
+        BertPreTrainedModel.__init__(self, config)
+        self.bert = KjaxMultihotModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None,
+                position_ids=None, inputs_embeds=None, labels=None, **kwargs):
+        if labels is not None:
+            raise ValueError("the multi-hot MLM loss (METHODS Eq. 7–9) is not implemented in "
+                             "PyTorch; compute it from logits, or pretrain with kjax")
+        outputs = self.bert(input_ids, attention_mask=attention_mask,
+                            token_type_ids=token_type_ids, position_ids=position_ids,
+                            inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
+        return MaskedLMOutput(logits=self.cls(outputs.last_hidden_state),
+                              hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
+
+
+class KjaxMultihotForSequenceClassification(BertForSequenceClassification):
+    """The multi-hot encoder with BERT's classification head on the pooled
+    [CLS] (new weights: fine-tune it); transformers' loss from `labels`."""
+    config_class = KjaxMultihotConfig
+
+    def __init__(self, config):
+        BertPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.config = config
+        self.bert = KjaxMultihotModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None \
+            else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
 AUTO_MAP = {"AutoConfig": "KjaxMultihotConfig", "AutoModel": "KjaxMultihotModel",
-            "AutoModelForPreTraining": "KjaxMultihotForPreTraining"}
+            "AutoModelForPreTraining": "KjaxMultihotForPreTraining",
+            "AutoModelForMaskedLM": "KjaxMultihotForMaskedLM",
+            "AutoModelForSequenceClassification": "KjaxMultihotForSequenceClassification"}

@@ -12,7 +12,6 @@ reads (METHODS §1.3). B itself is built per batch on the host: it is
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from typing import Sequence
 
 import numpy as np
@@ -22,6 +21,7 @@ from kjax.finetune.alignment import (align_morphemes, map_spans, nfc_with_offset
                                      token_char_spans)
 from kjax.finetune.bio import char_to_token_tags, tags_to_spans
 from kjax.finetune.tasks import Example
+from kjax.text.normalize import normalize
 from kjax.tokens.sentencepiece import CLS, SEP
 
 UNIT_KEYS = ("word_ids", "morph_ids", "tags")
@@ -98,12 +98,15 @@ class Encoder:
                   np.zeros(n, np.float32 if self.task == "regress" else np.int32))
         lengths, texts, all_spans, truncated = np.zeros(n, np.int32), [], [], 0
         for row, ex in enumerate(examples):
-            # The model reads NFC; NER's spans are mapped back to the characters as given.
+            # The model reads kjax's normalised text (NFC, then one-for-one
+            # replacements: kjax/text/normalize.py); NER's spans are mapped back
+            # to the characters as given.
             text_a, starts, ends = nfc_with_offsets(ex.text_a)
+            text_a = normalize(text_a)
             a, spans = self._tokenize(text_a)
             if spans is not None:
                 spans = map_spans(spans, starts, ends)
-            b = (self._tokenize(unicodedata.normalize("NFC", ex.text_b))[0]
+            b = (self._tokenize(normalize(ex.text_b))[0]
                  if ex.text_b is not None else None)
             n_a, n_b = len(a["ids"]), len(b["ids"]) if b is not None else 0
             keep_a, keep_b = _truncate_pair(n_a, n_b, s - (3 if b is not None else 2))

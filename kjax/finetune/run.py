@@ -15,12 +15,12 @@ import time
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from kjax import paths
 from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest
 from kjax.errors import KjaxError
+from kjax.progress import Progress
 from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
 from kjax.finetune.trainer import FineTuner, bf_key, write_json
@@ -67,9 +67,8 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
         start = int(jax.device_get(state["step"]))
         writer = MetricWriter(logs, enabled=primary, resume_step=start)
         train_step = tuner.train_step(bf_train)
-        bar = tqdm(total=tuner.total_steps, initial=start,
-                   desc=f"finetune {paths.name(out_dir)}",
-                   disable=not (progress and primary))
+        bar = Progress(f"finetune {paths.name(out_dir)}", total=tuner.total_steps,
+                       initial=start, unit="step", enabled=progress and primary)
         began, step = time.perf_counter(), start
         done = progress_state["stopped"] or start >= tuner.total_steps
         for step in range(start + 1, tuner.total_steps + 1 if not done else start + 1):
@@ -82,7 +81,7 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 m["epoch"] = (step - 1) / tuner.steps_per_epoch
                 writer.write(step, m)
-                bar.set_postfix(loss=f"{m['loss']:.3f}")
+                bar.update(0, loss=f"{m['loss']:.3f}")
             evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
             if evaluate:
                 improved = _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer)

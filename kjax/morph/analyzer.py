@@ -15,7 +15,8 @@ tokenizers (§2.1–2.3). What Kiwi really returns, and how it is kept:
   W_EMOJI, Z_CODA, ...) are kept; a tag this kjax does not know becomes UN and
   is counted.
 
-Offsets index `normalize_text(text)`: NFC, every whitespace/control character
+Offsets index `normalize_text(text)` (kjax/text/normalize.py, the one
+normalisation of kjax): NFC, every whitespace/control character
 → " " and lone surrogates → U+FFFD (both one for one, so the NFC text's
 offsets still hold). Kiwi crashes on lone surrogates and treats some control
 characters as symbols; after this, "whitespace" means the same to Kiwi and to
@@ -29,10 +30,10 @@ import dataclasses
 import os
 import re
 import threading
-import unicodedata
 from typing import Iterable, Iterator
 
 from kjax.morph.predicates import join_derived_predicates
+from kjax.text.normalize import normalize_text  # noqa: F401 (morph's API too)
 from kjax.morph.tags import base_tag, is_known_tag
 
 DEFAULT_MAX_CHARS = 10_000  # no sentence is this long; Kiwi slows down past it
@@ -67,28 +68,6 @@ def normalize_coda(form: str) -> str:
     """ᆫ/ᆯ/ᆸ... (jongseong jamo, as in 가/VV ᆫ/ETM) → ㄴ/ㄹ/ㅂ (compatibility
     jamo). Not Kiwi's `normalize_coda` flag, which splits typed-on codas."""
     return form.translate(_CODA_TABLE)
-
-
-def normalize_text(text: str) -> tuple[str, int]:
-    """NFC + one-for-one replacement of whitespace/control chars (→ " ") and
-    lone surrogates (→ U+FFFD). Returns the text and the replacement count."""
-    text = unicodedata.normalize("NFC", text)
-    if text.isprintable():  # fast path: no control, surrogate or odd space
-        return text, 0
-    out, replaced = [], 0
-    for c in text:
-        cat = unicodedata.category(c)
-        if c == " ":
-            out.append(c)
-        elif c.isspace() or cat == "Cc":
-            out.append(" ")
-            replaced += c not in "\t\n\r"  # ordinary line ends are not news
-        elif cat == "Cs":
-            out.append("\ufffd")
-            replaced += 1
-        else:
-            out.append(c)
-    return "".join(out), replaced
 
 
 def eojeol_starts(text: str) -> list[int]:

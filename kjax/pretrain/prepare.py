@@ -24,10 +24,10 @@ import json
 import multiprocessing
 
 import numpy as np
-from tqdm import tqdm
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.progress import Progress
 from kjax.examples import records
 from kjax.examples.masking import static_mask_rng
 from kjax.inputs import mask_example
@@ -214,7 +214,11 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
     stats = CorpusStats()
     totals = new_totals()
     tasks = _pending_chunks(config, files, stats, totals)
-    bar = tqdm(desc="prepare", unit="chunk", disable=not progress)
+    # Progress in corpus bytes read (compressed for .gz), so it has a total and
+    # an ETA; tfds sources have no size known ahead: count only.
+    sizes = [paths.size(f) for f in files if isinstance(f, str)]
+    bar = Progress("prepare", total=sum(sizes) if len(sizes) == len(files) else None,
+                   unit="B", unit_scale=True, enabled=progress)
     if num_workers <= 1:
         _init_worker(config)
         results = map(process_chunk, tasks)
@@ -227,7 +231,9 @@ def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
         results = _run_bounded(pool, process_chunk, tasks, 2 * num_workers)
     for _, counts in results:
         add_counts(totals, counts)
-        bar.update()
+        bar.set(stats.bytes_read, chunks=totals["chunks"],
+                examples=totals.get("train_examples", 0))
+    bar.set(stats.bytes_read, chunks=totals["chunks"], examples=totals.get("train_examples", 0))
     bar.close()
     if pool is not None:
         pool.shutdown()

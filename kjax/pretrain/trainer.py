@@ -16,13 +16,13 @@ preemption sync point is checked every step as well.
 """
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import time
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from kjax.batches.loader import eval_batches, train_dataset
 from kjax.checkpoint import storage
@@ -30,6 +30,7 @@ from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
 from kjax.examples import records
+from kjax.progress import Progress
 from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
 from kjax.config.recorded import flush_notes, record_config
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
@@ -189,7 +190,17 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     peak, peak_source = peak_flops(c)
     tokens_per_step = t.batch_size * c.data.max_seq_len
     preempted = PreemptionCheck(s.mesh, stop)
-    bar = tqdm(total=t.num_steps, initial=start, desc="train", disable=not (progress and primary))
+    # The bar counts steps whose result exists (not steps dispatched ahead of
+    # the device): `done` advances it as their losses become ready, and a log
+    # step waits for them one by one, so the bar moves instead of freezing.
+    bar = Progress("train", total=t.num_steps, initial=start, unit="step",
+                   enabled=progress and primary)
+    dispatched = collections.deque()
+
+    def done(wait: bool) -> None:
+        while dispatched and (wait or dispatched[0].is_ready()):
+            dispatched.popleft().block_until_ready()
+            bar.update()
     last = {"step": start}
     goodput.start_loop(start)
     window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
@@ -202,8 +213,10 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             state, metrics = train_step(state, batch)
             s.checkpoints.check_for_errors()  # a failed background write: stop now, in one line
             window_steps += 1
-            bar.update()
+            dispatched.append(metrics["loss"])
+            done(wait=False)
             if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
+                done(wait=True)
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 elapsed = time.perf_counter() - window_start
                 step_time = elapsed / window_steps
@@ -215,14 +228,18 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                     m.pop("tokens_per_sec"), m.pop("mfu")
                 writer.write(step, m)
                 goodput.save(step)
-                bar.set_postfix(loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
+                bar.update(0, loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
                 last = {"step": step, **m}
                 window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
                 record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
                 with goodput.timed("eval"):
-                    writer.write(step, s.evaluate(eval_step, state["params"]), prefix="eval")
+                    done(wait=True)
+                    result = s.evaluate(eval_step, state["params"])
+                    writer.write(step, result, prefix="eval")
+                bar.write(f"eval at step {step}: " + "  ".join(
+                    f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, (int, float))))
             signalled = preempted() or s.checkpoints.reached_preemption(step)
             stop_now = signalled or step == stop_at
             if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
@@ -233,6 +250,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                         push_logs(workdir)
             if stop_now:
                 break
+        done(wait=True)
     finally:
         bar.close()  # a newline before any error line
     goodput.end_loop()

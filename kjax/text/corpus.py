@@ -20,12 +20,12 @@ import dataclasses
 import glob
 import gzip
 import os
-import unicodedata
 import zlib
 from typing import Iterator
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.text.normalize import normalize
 from kjax.text.tfds_source import TfdsSource, document_lines, is_tfds_spec, iter_texts, parse_spec
 
 DEMO_CORPUS = "konlpy"
@@ -44,6 +44,61 @@ def demo_corpus_files() -> list[str]:
     return files
 
 
+# Korean text that ships inside packages from PyPI (no download at run time):
+# the names data.corpus / tokenizer.corpus accept besides paths. Files are
+# located through importlib, never by importing the package.
+PACKAGE_CORPORA = {
+    "konlpy": "KoNLPy's constitution + 10 National Assembly bills (0.13 MB legal prose; "
+              "pip install konlpy, a kjax dependency)",
+    "chatterbot-ko": "ChatterBot's Korean dialogues: 1,170 everyday utterances in 19 topics "
+                     "(chatterbot-corpus, BSD, a kjax dependency)",
+    "urimalsam": "969,324 headwords of the 우리말샘 dictionary, one a line (CC BY-SA 2.0 KR; "
+                 "a word list, for vocabularies: pip install --no-deps wordextractor==0.2.1)",
+}
+
+
+def _package_dir(name: str, install: str) -> str:
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise KjaxError(f"corpus {name!r} needs the {name} package, which is not installed; "
+                        f"{install}")
+    return list(spec.submodule_search_locations)[0]
+
+
+def chatterbot_files() -> list[str]:
+    """chatterbot-corpus's Korean YAML as text files, one utterance a line (a
+    file per topic), converted once into the kjax cache (kjax/paths.py)."""
+    import re
+    root = os.path.join(_package_dir("chatterbot_corpus", "pip install chatterbot-corpus"),
+                        "data", "korean")
+    out_dir = os.path.join(paths.cache_root(), "corpora", "chatterbot-ko")
+    out = []
+    for source in sorted(glob.glob(os.path.join(root, "*.yml"))):
+        target = os.path.join(out_dir, os.path.basename(source)[:-4] + ".txt")
+        if not os.path.isfile(target):
+            lines, talking = [], False
+            for line in open(source, encoding="utf-8"):
+                talking = talking or line.startswith("conversations:")
+                item = re.match(r"^\s*-\s+(?:-\s+)?(.*\S)\s*$", line) if talking else None
+                if item:
+                    lines.append(item.group(1).strip("'\""))
+            paths.write_text(target, "\n".join(lines) + "\n")   # whole or not at all
+        out.append(target)
+    return out
+
+
+def urimalsam_files() -> list[str]:
+    root = _package_dir("wordextractor", "pip install --no-deps wordextractor==0.2.1 "
+                        "(`make demo` does)")
+    return [os.path.join(root, "data", "urimalsam_headwords.txt.gz")]
+
+
+def _package_corpus(name: str) -> list[str]:
+    return {"konlpy": demo_corpus_files, "chatterbot-ko": chatterbot_files,
+            "urimalsam": urimalsam_files}[name]()
+
+
 def _match(part: str) -> list[tuple[str, int]]:
     """(path, size) of the files a path/glob names, sorted by path."""
     try:
@@ -56,7 +111,7 @@ def _match(part: str) -> list[tuple[str, int]]:
 
 
 def resolve_corpus(spec: str, tfds_data_dir: str | None = None) -> list:
-    """Comma-separated files/globs, "konlpy" or tfds:NAME/CONFIG:SPLIT parts →
+    """Comma-separated files/globs, PACKAGE_CORPORA names or tfds:NAME/CONFIG:SPLIT parts →
     the sources to read, in order: non-empty file paths and `TfdsSource`s."""
     if not spec or not spec.strip():
         raise KjaxError("data.corpus is empty; set --config.data.corpus=PATH_OR_GLOB "
@@ -64,8 +119,8 @@ def resolve_corpus(spec: str, tfds_data_dir: str | None = None) -> list:
     sources: list = []
     files: list[str] = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
-        if part == DEMO_CORPUS:
-            matches = [(f, os.path.getsize(f)) for f in demo_corpus_files()]
+        if part in PACKAGE_CORPORA:
+            matches = [(f, os.path.getsize(f)) for f in _package_corpus(part)]
         elif is_tfds_spec(part):
             sources.append(parse_spec(part, tfds_data_dir))
             continue
@@ -86,6 +141,7 @@ class CorpusStats:
     documents: int = 0
     sentences: int = 0
     chars: int = 0
+    bytes_read: int = 0       # of the files on disk (compressed for .gz): prepare's progress
     empty_documents: int = 0  # documents whose every line was skipped
     skipped: dict = dataclasses.field(default_factory=dict)   # reason → count
     examples_of_skips: list = dataclasses.field(default_factory=list)
@@ -137,10 +193,14 @@ def _gzip_damage(e: Exception) -> str:
 def _lines(path: str, stats: CorpusStats):
     """(line number, raw bytes) of a file; a damaged .gz ends early, counted."""
     with _open(path) as f:
-        lineno = 0
+        disk = getattr(f, "fileobj", f)    # a .gz: the position in the compressed file
+        base, lineno = stats.bytes_read, 0
         try:
             for lineno, raw in enumerate(f, 1):
+                if lineno % 256 == 0:
+                    stats.bytes_read = base + disk.tell()
                 yield lineno, raw
+            stats.bytes_read = base + disk.tell()
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             stats.damaged(path, lineno, _gzip_damage(e))
 
@@ -152,7 +212,8 @@ def _open(path: str):
 
 
 def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
-    """Bytes → NFC text, or None (counted) when the line must be skipped."""
+    """Bytes → normalised text (kjax/text/normalize.py), or None (counted)
+    when the line must be skipped."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -161,7 +222,9 @@ def clean_line(raw: bytes, stats: CorpusStats, where: str) -> str | None:
     if "\x00" in text:
         stats.skip("NUL bytes", where)
         return None
-    text = unicodedata.normalize("NFC", text.strip().lstrip("\ufeff"))
+    # Stripped before normalising: a line of control characters stays a (token-
+    # less, counted) sentence as before, not a document boundary.
+    text = normalize(text.strip().lstrip("\ufeff"))
     if len(text) > MAX_LINE_CHARS:
         stats.skip(f"longer than {MAX_LINE_CHARS} chars", where)
         return None

@@ -15,6 +15,7 @@ import os
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.progress import Progress, Ticker
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 
@@ -32,11 +33,49 @@ def tokenizer_file(config) -> str:
     return t.path + (".multihot.txt" if t.scheme == "multihot" else ".model")
 
 
-def train_tokenizer(config) -> tuple[str, CorpusStats]:
+class _Feed:
+    """The corpus sentences a trainer reads, with progress: a count while it
+    reads (Kiwi analyses, for the morpheme schemes), then the elapsed time of
+    the training proper, which reports nothing itself (sentencepiece's C++)."""
+
+    def __init__(self, sentences, scheme: str, enabled: bool):
+        self.sentences, self.enabled = sentences, enabled
+        self.reading = Progress("tokenizer: reading the corpus", unit="sentence",
+                                enabled=enabled)
+        self.training = Ticker(f"tokenizer: training the {scheme} vocabulary", enabled)
+        self.started = False
+
+    def __iter__(self):
+        for sentence in self.sentences:
+            self.reading.update()
+            yield sentence
+        self.reading.close()
+        if not self.started:
+            self.started = True
+            self.training.__enter__()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.reading.close()
+        if self.started:
+            self.training.__exit__(*exc)
+
+
+def train_tokenizer(config, progress: bool = True) -> tuple[str, CorpusStats]:
     t = config.tokenizer
     check_scheme(t.scheme)
     stats = CorpusStats()
-    sentences = iter_sentences(resolve_corpus(config.data.corpus), stats)
+    corpus = t.corpus or config.data.corpus    # tokenizer.corpus: the vocabulary's own text
+    with _Feed(iter_sentences(resolve_corpus(corpus), stats), t.scheme,
+               progress) as sentences:
+        _train(config, sentences)
+    return tokenizer_file(config), stats
+
+
+def _train(config, sentences) -> None:
+    t = config.tokenizer
     if t.scheme == "sentencepiece":
         train_sentencepiece(sentences, t.path, t.vocab_size, t.model_type,
                             t.character_coverage, t.input_sentence_size)
@@ -51,7 +90,6 @@ def train_tokenizer(config) -> tuple[str, CorpusStats]:
         MultihotTokenizer.train(sentences, tokenizer_file(config), t.vocab_size,
                                 min_syllable_count=t.min_syllable_count,
                                 min_syllable_share=t.min_syllable_share)
-    return tokenizer_file(config), stats
 
 
 def vocabulary_report(config) -> str:

@@ -21,6 +21,7 @@ import sentencepiece as spm
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.text.normalize import normalize
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -56,8 +57,15 @@ def _train(sentences, model_prefix, vocab_size, model_type, character_coverage,
             num_threads=os.cpu_count() or 1,
             minloglevel=2)
     except RuntimeError as e:
-        raise KjaxError(f"sentencepiece training failed ({e}); a vocabulary of {vocab_size} "
-                        f"may be too large for this corpus: lower tokenizer.vocab_size") from None
+        if "smaller than required_chars" in str(e):   # the corpus has more characters
+            hint = (f"a vocabulary of {vocab_size} cannot hold every character this corpus "
+                    f"needs at tokenizer.character_coverage={character_coverage:g}: raise "
+                    f"tokenizer.vocab_size or lower tokenizer.character_coverage")
+        else:
+            hint = (f"a vocabulary of {vocab_size} may be too large for this corpus: lower "
+                    f"tokenizer.vocab_size")
+        raise KjaxError(f"sentencepiece training failed ({' '.join(str(e).split())}); "
+                        f"{hint}") from None
 
 
 class SentencePieceTokenizer:
@@ -86,7 +94,9 @@ class SentencePieceTokenizer:
         return self.sp.piece_to_id(token)
 
     def encode(self, sentence: str) -> dict[str, np.ndarray]:
-        pieces = self.sp.encode(sentence, out_type=str)
+        # kjax's one normalisation (a no-op on corpus text, normalised when read):
+        # inspect, prepare, fine-tuning and the exported tokenizer.json agree.
+        pieces = self.sp.encode(normalize(sentence), out_type=str)
         ids = np.asarray([self.sp.piece_to_id(p) for p in pieces], np.int32)
         starts = np.asarray([p.startswith(WORD_START) for p in pieces], bool)
         if len(starts):

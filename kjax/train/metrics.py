@@ -126,6 +126,22 @@ def read_metrics(workdir: str) -> list[dict]:
     return _rows(path)[0]
 
 
+def loss_lines(rows: list[dict]) -> list[tuple[str, str, int, list]]:
+    """(split, key, colour number, [(step, value)]) for every objective's loss
+    the run logged — MLM, NSP and UKnowBERT's hypernym/sense/verb losses —
+    train first, then eval (same colour per key)."""
+    keys = sorted({k for r in rows for k in r if k.endswith("_loss")},
+                  key=lambda k: (k not in ("mlm_loss", "nsp_loss"), k))
+    out = []
+    for split in ("train", "eval"):
+        for number, key in enumerate(keys):
+            pts = sorted({r["step"]: r[key] for r in rows
+                          if r["split"] == split and isinstance(r.get(key), (int, float))}.items())
+            if pts:
+                out.append((split, key, number, pts))
+    return out
+
+
 def plot_loss_curve(workdir: str) -> str | None:
     rows = read_metrics(workdir)
     if not rows:
@@ -134,11 +150,10 @@ def plot_loss_curve(workdir: str) -> str | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4))
-    for split, key, style in (("train", "mlm_loss", "-"), ("train", "nsp_loss", "-"),
-                              ("eval", "mlm_loss", "o--"), ("eval", "nsp_loss", "o--")):
-        pts = sorted({r["step"]: r[key] for r in rows if r["split"] == split and key in r}.items())
-        if pts:
-            ax.plot(*zip(*pts), style, label=f"{split} {key}")
+    colors = plt.get_cmap("tab10").colors
+    for split, key, number, pts in loss_lines(rows):
+        ax.plot(*zip(*pts), "-" if split == "train" else "o--", color=colors[number % 10],
+                label=f"{split} {key}")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(f"kjax pretraining: {os.path.basename(os.path.abspath(workdir))}")

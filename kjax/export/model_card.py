@@ -1,0 +1,121 @@
+"""The README.md (model card) `kjax export` writes: what was trained, on
+what, for how long, how it ended, and code that runs as written
+(tests/test_export.py executes every ```python block of exported cards).
+"""
+from __future__ import annotations
+
+import os
+
+from kjax.export import multihot_export as mx
+from kjax.model.config import EncoderConfig
+
+EXAMPLE = "대한민국의 수도는 서울이다."
+MASKED = "대한민국의 수도는 [MASK]이다."
+
+
+def _last_metrics(workdir: str) -> dict[str, dict]:
+    from kjax.train.logdir import read_run_metrics
+    last: dict[str, dict] = {}
+    try:
+        for record in read_run_metrics(workdir):
+            last[record.get("split", "train")] = record
+    except (OSError, ValueError):
+        pass  # a card without metrics beats no export
+    return last
+
+
+def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool) -> list[str]:
+    """The card's code: load, encode, (with heads) predict masked tokens, and
+    the sequence-classification class to fine-tune. Lines of one python block."""
+    model_remote = ", trust_remote_code=True" if multihot else ""
+    tok_remote = ", trust_remote_code=True" if remote_tokenizer else ""
+    lines = ["import torch",
+             "from transformers import (AutoModel, AutoModelForMaskedLM,",
+             "                          AutoModelForSequenceClassification, AutoTokenizer)",
+             "",
+             f"folder = {folder!r}",
+             f"tokenizer = AutoTokenizer.from_pretrained(folder{tok_remote})",
+             f"model = AutoModel.from_pretrained(folder{model_remote}).eval()"]
+    if multihot:   # one position per morpheme: the tokenizer builds the multi-hot arrays
+        lines += [f"inputs = tokenizer.multihot_inputs([{EXAMPLE!r}], return_tensors=\"pt\")",
+                  "with torch.no_grad():",
+                  "    hidden = model(**inputs).last_hidden_state   # [1, morphemes, hidden]"]
+    else:
+        lines += [f"inputs = tokenizer({EXAMPLE!r}, return_tensors=\"pt\")",
+                  "with torch.no_grad():",
+                  "    hidden = model(**inputs).last_hidden_state   # [1, tokens, hidden]"]
+    lines.append("print(hidden.shape)")
+    if with_heads and multihot:
+        lines += ["",
+                  "# The MLM head: logits per morpheme position over the token vocabulary",
+                  "# (kjax trains them with the multi-target loss of METHODS Eq. 7-9).",
+                  f"mlm = AutoModelForMaskedLM.from_pretrained(folder{model_remote}).eval()",
+                  "with torch.no_grad():",
+                  "    logits = mlm(**inputs).logits                  # [1, morphemes, vocab]",
+                  "print(tokenizer.convert_ids_to_tokens(logits[0, 1].topk(5).indices.tolist()))"]
+    elif with_heads:
+        lines += ["",
+                  "# Fill-mask with the pretrained MLM head",
+                  f"mlm = AutoModelForMaskedLM.from_pretrained(folder).eval()",
+                  f"masked = tokenizer({MASKED!r}, return_tensors=\"pt\")",
+                  "at = (masked[\"input_ids\"][0] == tokenizer.mask_token_id).nonzero()[0, 0]",
+                  "with torch.no_grad():",
+                  "    logits = mlm(**masked).logits[0, at]",
+                  "print(tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist()))"]
+    lines += ["",
+              "# Fine-tuning starts here: the encoder plus a new classification head",
+              "classifier = AutoModelForSequenceClassification.from_pretrained(",
+              f"    folder, num_labels=3{model_remote})",
+              "with torch.no_grad():",
+              "    print(classifier(**inputs).logits.shape)           # [1, 3]"]
+    return lines
+
+
+def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: bool,
+                     dtype: str, tokenizer: dict, shown_as: str | None = None) -> str:
+    """README.md: what was trained, on what, for how long, and how it ended
+    (`shown_as`: the folder's name in the usage lines, when written elsewhere)."""
+    from kjax.export.hf_export import architecture
+    m, d, t = config.model, config.data, config.train
+    enc = EncoderConfig.from_config(m)
+    multihot = mx.is_multihot(enc)
+    lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
+             "---", f"# {config.name} (kjax export, step {step})", "",
+             f"A BERT encoder pretrained with kjax (MLM + NSP), exported at step {step} of "
+             f"{t.num_steps} as {architecture(enc, with_heads)} ({dtype}).",
+             "", "## Model",
+             f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
+             f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
+             f"{m.max_position_embeddings}; post-LN, exact GELU. SHAKE boost factor "
+             f"{m.shake_factor_per_layer or m.shake_factor}." + (
+                 " Multi-hot input generator (UKnowBERT, METHODS Eq. 3–4): one position per "
+                 "morpheme, in modeling_kjax_multihot.py; knowledge heads are not exported."
+                 if multihot else ""), "",
+             "## Training",
+             f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
+             f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
+             f"- batch {t.batch_size}, learning rate {t.learning_rate}, warmup "
+             f"{t.warmup_steps}, weight decay {t.weight_decay}",
+             f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
+    metrics = _last_metrics(workdir)
+    if metrics:
+        lines += ["## Last metrics", "| split | step | metric | value |", "|---|---|---|---|"]
+        for split, record in sorted(metrics.items()):
+            for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+                if isinstance(record.get(key), (int, float)):
+                    lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
+        lines.append("")
+    remote_tokenizer = config.tokenizer.scheme != "sentencepiece"
+    lines += ["## Use", "```python",
+              *usage(shown_as or out_dir, multihot, remote_tokenizer, with_heads), "```", ""]
+    if remote_tokenizer:
+        lines += [f"The `{config.tokenizer.scheme}` tokenizer runs Kiwi through kjax's own "
+                  f"code (`pip install kjax`), hence trust_remote_code.", ""]
+    lines += ["Attention-logit shaking (METHODS Eq. 1): `import kjax.export.torch_shake`, load "
+              "with `attn_implementation=\"kjax_shake\"` and pass `shake_matrix=B` to `forward`.",
+              "", "## Training config", "```", config.to_json_best_effort(indent=1)
+              if hasattr(config, "to_json_best_effort") else str(config), "```", ""]
+    path = os.path.join(out_dir, "README.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    return path
