@@ -47,6 +47,14 @@ class Embeddings(nn.Module):
                                          "position_embeddings")
         self.token_type_embeddings = table(cfg.type_vocab_size, (None, "embed"),
                                            "token_type_embeddings")
+        self.morpheme_tables(table)
+        self.layer_norm = layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def morpheme_tables(self, table):
+        """E_inpos and E_postag where the input mode's embedding path has them
+        (called from setup; the modern recipe's embeddings share it)."""
+        cfg = self.config
         if cfg.embedding not in EMBEDDINGS:
             raise ValueError(f"embedding path {cfg.embedding!r}; the model has {EMBEDDINGS}")
         if cfg.embedding == "segment_sum_inpos_postag":
@@ -59,8 +67,6 @@ class Embeddings(nn.Module):
                 param_dtype=cfg.weight_dtype, name="inpos_embeddings",
                 embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
-        self.layer_norm = layer_norm(cfg, "layer_norm")
-        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def __call__(self, input_ids, token_type_ids, position_ids, multihot=None):
         """Returns (embedded positions, Input_k before LayerNorm)."""
