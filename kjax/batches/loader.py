@@ -15,6 +15,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
+from kjax.batches.packing import pack
 from kjax.config import shaking_enabled
 from kjax.examples import records
 from kjax.examples.masking import example_rng
@@ -47,6 +48,11 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
           .repeat(None).map(records.decode_example))
     ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
+    if config.train.packing:   # rows of several examples (kjax/batches/packing.py)
+        local = batch // process_count
+        ds = ds[process_index::process_count].to_iter_dataset(grain.ReadOptions(
+            num_threads=2, prefetch_buffer_size=config.train.prefetch))
+        return pack(ds, config, bins=local).batch(local, drop_remainder=True)
     # Process p takes rows [p·L, (p+1)·L) of every global batch (lazily: it
     # reads only those). Masks are drawn by global record index, so the
     # global batch, and the loss curve, do not depend on the process count.

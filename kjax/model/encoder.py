@@ -186,7 +186,7 @@ class BertForPreTraining(nn.Module):
             self.knowledge = KnowledgeHeads(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
-               multihot=None, return_inputs=False):
+               multihot=None, return_inputs=False, segment_ids=None):
         """(hidden [b, s, H], analysis or None[, Input_k]). With `multihot` (token_ids,
         token_position, token_inpos [b, t]; position_tags [b, s]) positions are
         morphemes and `input_ids` is unused."""
@@ -195,15 +195,18 @@ class BertForPreTraining(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
         x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        hidden, analysis = self.encoder(x, attention_mask, shake)
+        hidden, analysis = self.encoder(x, attention_mask, shake, segment_ids)
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
-                 position_ids=None, shake=None, multihot=None, knowledge_positions=None):
+                 position_ids=None, shake=None, multihot=None, knowledge_positions=None,
+                 segment_ids=None):
         """`knowledge_positions`: {hyp_positions, sense_positions} [b, 20] for the
-        knowledge heads (METHODS §2.5), when the config has them."""
+        knowledge heads (METHODS §2.5), when the config has them. `segment_ids`
+        [b, s]: packed rows (train.packing), attention stays inside a segment."""
         hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
-                                               position_ids, shake, multihot, return_inputs=True)
+                                               position_ids, shake, multihot, return_inputs=True,
+                                               segment_ids=segment_ids)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else jnp.take_along_axis(

@@ -17,9 +17,13 @@ class NextSentence(Objective):
         return config.train.nsp_weight if self.enabled(config) else 0.0
 
     def enabled(self, config) -> bool:
-        return config.model.arch == "bert"
+        return config.model.arch == "bert" and not config.train.packing
 
     def check(self, config, mode) -> None:
+        if config.train.packing and config.train.nsp_weight > 0:
+            raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g} with "
+                            f"train.packing=True: a packed row holds several examples, NSP "
+                            f"needs one pair per row; set --config.train.nsp_weight=0")
         if not self.enabled(config) and config.train.nsp_weight > 0:
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g}: model.arch="
                             f"{config.model.arch} has no NSP head (it pretrains MLM alone); "

@@ -9,6 +9,7 @@ which is what makes a resumed run bit-identical to an uninterrupted one.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from kjax import objectives
@@ -41,6 +42,8 @@ def make_train_step(config, mesh, train_model, tx, shardings):
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
+        # real tokens / slots: what padding wastes, or what train.packing wins back
+        metrics["token_fill"] = batch["attention_mask"].mean(dtype=jnp.float32)
         metrics["learning_rate"] = schedule(state["step"])
         new_state = {**state, "step": state["step"] + 1, "params": params,
                      "opt_state": opt_state}
