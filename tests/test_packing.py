@@ -120,3 +120,20 @@ def test_packing_refuses_nsp_and_what_it_cannot_carry(tmp_path):
             "train.packing": True, "train.nsp_weight": 0.0, "model.shake_factor": 0.3,
             "shake.variant": "random"}))
     assert dataclasses.replace(EncoderConfig(), arch="modern").use_bias is False
+
+
+def test_loader_workers_yield_the_same_batches_and_resume(prepared):
+    """train.loader_workers: grain's worker processes build the very batches the
+    in-process loader does, and their checkpointed state resumes exactly."""
+    def batches(workers, state=None, n=3):
+        it = iter(train_dataset(tiny_config(prepared, **{"train.loader_workers": workers})))
+        if state is not None:
+            it.set_state(state)
+        out = [next(it) for _ in range(n)]
+        return out, it.get_state()
+
+    plain, _ = batches(0, n=3)
+    first, state = batches(2, n=2)
+    (resumed,), _ = batches(2, state, n=1)
+    for a, b in zip(plain, [*first, resumed]):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

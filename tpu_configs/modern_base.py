@@ -9,7 +9,7 @@ masking, rows of 1024 positions, contexts up to 8192.
         --config.mesh.data=8
     kjax export  --config tpu_configs/modern_base.py --workdir gs://B/runs/modern_base --out hf/
 
-Expected: ~136 M parameters with a 32k vocabulary (ModernBERT-base has 149 M
+Expected: ~135 M parameters with a 32k vocabulary (ModernBERT-base has 149 M
 with 50k); the exported folder loads with transformers' ModernBertForMaskedLM.
 For 8192-token rows set data.max_seq_len=8192 and model.remat_policy=full.
 """

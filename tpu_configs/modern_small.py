@@ -8,7 +8,7 @@ rows of 1024, runs contexts up to 8192.
     kjax train   --config tpu_configs/modern_small.py --workdir runs/modern_small
     kjax export  --config tpu_configs/modern_small.py --workdir runs/modern_small --out hf/
 
-Expected: ~13 M parameters (8 M of them the 32k embedding); `kjax export`
+Expected: 11.6 M parameters (8.2 M of them the 32k embedding); `kjax export`
 writes a transformers ModernBertForMaskedLM folder, logits verified ≤ 1e-5.
 Any tokenizer scheme and input mode trains (multihot: --config.model.input_mode=
 multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3

@@ -238,6 +238,9 @@ TRAIN = {
     "keep_checkpoints": at_least(1, 3, "checkpoints kept (the latest)"),
     "peak_flops": at_least(0, 0.0, "per-device peak FLOP/s for MFU (0: datasheet or measured)"),
     "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
+    "loader_workers": at_least(0, 0, "grain worker processes building batches (mp_prefetch; "
+                               "0: reader threads in the training process); the same batches "
+                               "for any value; keep it fixed across resumes of a run"),
     "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
                    "attention inside an example, positions restart; kjax/batches/packing.py): "
                    "no NSP, one-hot input, no knowledge heads or B"),
