@@ -143,7 +143,7 @@ def torch_step(enc, batch, lr):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
     return step, sum(p.numel() for p in model.parameters())
 
 
@@ -169,7 +169,7 @@ def run_peer(args):
     kjax_t, torch_t = [], []
     load = _common.load_average()
     for r in range(args.rounds):
-        _, per = _common.timed_steps(fn, state, device_batch, args.steps)
+        state, per = _common.timed_steps(fn, state, device_batch, args.steps)
         kjax_t.append(per)
         start = time.perf_counter()
         for _ in range(args.steps):
