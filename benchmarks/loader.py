@@ -80,7 +80,7 @@ def main():
         next(it)   # workers started, shards open
         loaders[w] = {"it": it, "rates": []}
     step_cfg = _common.preset_config("uknowbert_s", seq, args.batch, "float32", [
-        f"--config.model.vocab_size=32000", "--config.model.shake_factor=0.3",
+        "--config.model.vocab_size=32000", "--config.model.shake_factor=0.3",
         "--config.shake.variant=pos", f"--config.shake.layout={args.layout}",
         f"--config.data.max_predictions_per_seq={base.data.max_predictions_per_seq}"])
     mesh = make_mesh(step_cfg)

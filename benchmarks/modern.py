@@ -204,10 +204,9 @@ def run_packing(args):
     from kjax.parallel.mesh import put_batch
     paragraphs = {"data.document_per_file": False, "data.dir": f"{WORK}/examples_paragraphs",
                   "model.intermediate_size": 256, "train.nsp_weight": 0.0}
-    sides = {}
+    sides, meta = {}, prepared(demo_config(paragraphs))
     for packing in (False, True):
         cfg = demo_config({**paragraphs, "train.packing": packing})
-        meta = prepared(cfg) if not sides else meta
         fn, state, mesh = trainer(cfg)
         it = iter(train_dataset(cfg))
         state, m = fn(state, put_batch(next(it), mesh))
