@@ -153,7 +153,7 @@ def torch_model(params: dict, enc: EncoderConfig):
     import torch
     from transformers import ModernBertForMaskedLM
     model = ModernBertForMaskedLM(modernbert_config(enc))
-    state = {k: torch.from_numpy(v) for k, v in params_to_state_dict(params, enc).items()}
+    state = {k: torch.from_numpy(np.array(v)) for k, v in params_to_state_dict(params, enc).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or set(missing) - {"decoder.weight"}:
         raise KjaxError(f"ModernBERT weights do not match: missing {missing}, "
@@ -197,7 +197,7 @@ def write_modernbert(params: dict, enc: EncoderConfig, out_dir: str, dtype: str 
     from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
     modernbert_config(enc, dtype, special_ids).save_pretrained(out_dir)
-    tensors = {k: torch.from_numpy(v).to(getattr(torch, dtype))
+    tensors = {k: torch.from_numpy(np.array(v)).to(getattr(torch, dtype))
                for k, v in params_to_state_dict(params, enc).items()}
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     return sorted(tensors)

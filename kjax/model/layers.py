@@ -28,5 +28,5 @@ def layer_norm(cfg: EncoderConfig, name: str) -> nn.LayerNorm:
 
 def dense(cfg: EncoderConfig, features: int, axes: tuple[str, str | None], name: str) -> nn.Dense:
     return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-                    param_dtype=cfg.weight_dtype, kernel_init=kernel_init(cfg, axes), bias_init=zeros_init(axes[1:]),
-                    name=name)
+                    param_dtype=cfg.weight_dtype, kernel_init=kernel_init(cfg, axes),
+                    bias_init=zeros_init(axes[1:]), name=name)
