@@ -15,6 +15,7 @@ from __future__ import annotations
 import grain
 import numpy as np
 
+from kjax.batches.packing import pack
 from kjax.config import shaking_enabled
 from kjax.examples import records
 from kjax.examples.masking import example_rng
@@ -47,12 +48,33 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
           .repeat(None).map(records.decode_example))
     ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
+    if config.train.packing:   # rows of several examples (kjax/batches/packing.py)
+        local = batch // process_count
+        ds = ds[process_index::process_count].to_iter_dataset(grain.ReadOptions(
+            num_threads=2, prefetch_buffer_size=config.train.prefetch))
+        return in_workers(pack(ds, config, bins=local).batch(local, drop_remainder=True),
+                          config)
     # Process p takes rows [p·L, (p+1)·L) of every global batch (lazily: it
     # reads only those). Masks are drawn by global record index, so the
     # global batch, and the loss curve, do not depend on the process count.
     ds = ds.batch(batch // process_count, drop_remainder=True)[process_index::process_count]
-    return ds.to_iter_dataset(grain.ReadOptions(num_threads=2,
-                                                prefetch_buffer_size=config.train.prefetch))
+    return in_workers(ds.to_iter_dataset(grain.ReadOptions(
+        num_threads=2, prefetch_buffer_size=config.train.prefetch)), config)
+
+
+def in_workers(ds: grain.IterDataset, config) -> grain.IterDataset:
+    """With train.loader_workers = N > 0, N grain processes build the batches
+    (the per-example Python of the input mode, masking, B and knowledge targets
+    leaves the training process and its GIL); grain keeps their order and
+    checkpoints their state, so the batches are those of N = 0."""
+    workers = config.train.get("loader_workers", 0)
+    if not workers:
+        return ds
+    from absl import flags
+    if not flags.FLAGS.is_parsed():   # grain's workers read absl flags (their defaults)
+        flags.FLAGS.mark_as_parsed()
+    return ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
+                                                       per_worker_buffer_size=2))
 
 
 def eval_batches(config, batch_size: int, max_batches: int, process_index: int = 0,

@@ -21,13 +21,18 @@ def register(verbs, add_config) -> None:
     demo.add_argument("--uknowbert", action="store_true",
                       help="UKnowBERT-S at demo size: multi-hot input, Eq. 7-9 MLM, NSP and the "
                       "three knowledge objectives from the samples in kjax/knowledge/data")
+    demo.add_argument("--arch", default=None, choices=("bert", "modern"),
+                      help="modern: the ModernBERT recipe at demo size (pre-LN, RoPE, GeGLU, "
+                      "no biases, local/global attention, MLM alone at 30 %% masking; "
+                      "kjax/model/modern.py)")
     demo.set_defaults(handler=run, before_load=demo_args, distributed=True)
 
 
 def demo_args(args) -> None:
     """The demo's overrides and run folder, before its config is loaded."""
-    args.overrides = [*demo_overrides(args.scheme, args.uknowbert), *args.overrides]
-    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert)
+    modern = args.arch == "modern"
+    args.overrides = [*demo_overrides(args.scheme, args.uknowbert, modern), *args.overrides]
+    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, modern)
 
 
 def run(args, config) -> int:
@@ -35,7 +40,14 @@ def run(args, config) -> int:
     return 0
 
 
-def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
+# The modern demo: the recipe's keys (kjax.config.presets.modern_overrides) at
+# demo size: a 32-token local window so local and global layers differ on rows
+# of 128, and three layers (global, local, local) with GeGLU 192 wide.
+MODERN_DEMO = {"model.num_layers": 3, "model.intermediate_size": 192,
+               "model.local_attention": 32}
+
+
+def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False) -> list[str]:
     if uknowbert:
         if scheme not in (None, "multihot"):
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
@@ -52,8 +64,12 @@ def demo_overrides(scheme: str | None, uknowbert: bool) -> list[str]:
                 "--config.data.mask_unit=morpheme"]
     if uknowbert:  # the objectives of §2.5, with the shipped sample resources
         out += [f"--config.knowledge.{k}_weight=1.0" for k in ("hypernym", "sense", "verb")]
-    if scheme:  # own data folders, so demos of different schemes never clobber each other
-        data = f"runs/demo_data_{'uknowbert' if uknowbert else scheme}"
+    if modern:
+        from kjax.config.presets import modern_overrides
+        out += [f"--config.{k}={v}" for k, v in {**modern_overrides(128), **MODERN_DEMO}.items()]
+    if scheme or modern:  # own data folders: demos never clobber each other's
+        name = "uknowbert" if uknowbert else scheme or "sentencepiece"
+        data = f"runs/demo_data_{name}{'_modern' if modern else ''}"
         out += [f"--config.tokenizer.path={data}/tokenizer/sp",
                 f"--config.data.dir={data}/examples"]
     return out
@@ -64,11 +80,12 @@ DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
               ("verb_accuracy", "verb_acc"))
 
 
-def demo_workdir(scheme: str | None, uknowbert: bool) -> str:
+def demo_workdir(scheme: str | None, uknowbert: bool, modern: bool = False) -> str:
     """Each demo its own run folder, as its own data folders (demo_overrides)."""
+    suffix = "_modern" if modern else ""
     if uknowbert:
-        return "runs/demo_uknowbert"
-    return f"runs/demo_{scheme}" if scheme else "runs/demo"
+        return f"runs/demo_uknowbert{suffix}"
+    return f"runs/demo_{scheme}{suffix}" if scheme else f"runs/demo{suffix}"
 
 
 def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:

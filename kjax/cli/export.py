@@ -30,6 +30,11 @@ def _print(result: dict) -> None:
 
 def run_export(args, config) -> int:
     _require_torch()
+    if config.model.arch == "modern":   # ModernBertForMaskedLM (always with its MLM head)
+        from kjax.export.modernbert_export import export_checkpoint as export_modern
+        _print(export_modern(config, args.workdir, args.out, args.step, args.dtype,
+                             verify=not args.no_verify))
+        return 0
     from kjax.export.hf_export import export_checkpoint
     _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
                              args.with_pretraining_heads, verify=not args.no_verify))
@@ -38,9 +43,22 @@ def run_export(args, config) -> int:
 
 def run_import(args, config) -> int:
     _require_torch()
+    if _model_type(args.hf) == "modernbert":
+        from kjax.export.modernbert_export import import_modernbert
+        _print(import_modernbert(args.hf, args.out, config, args.config_out))
+        return 0
     from kjax.export.hf_import import import_hf
     _print(import_hf(args.hf, args.out, config, args.config_out))
     return 0
+
+
+def _model_type(hf_dir: str) -> str | None:
+    import os
+    try:
+        with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
+            return json.load(f).get("model_type")
+    except (OSError, ValueError):
+        return None   # import_hf names the problem
 
 
 def register(verbs, add_config) -> None:

@@ -89,3 +89,39 @@ def slice_config(slice_name: str, devices: int, batch_size: int, num_steps: int,
                    checkpoint_every=2000, keep_checkpoints=3)
     c.mesh.update(data=devices, fsdp=1, tensor=1)
     return c
+
+
+# The modern recipe (ModernBERT, Warner et al. 2024; kjax/model/modern.py):
+# MLM alone at 30 % masking, no dropout, 128-token local windows with a global
+# layer every third, RoPE θ 160k (global) / 10k (local), LayerNorm eps 1e-5.
+MODERN_SIZES = {"small": dict(hidden_size=256, num_layers=6, num_heads=4, intermediate_size=384),
+                "base": dict(hidden_size=768, num_layers=22, num_heads=12, intermediate_size=1152),
+                "large": dict(hidden_size=1024, num_layers=28, num_heads=16,
+                              intermediate_size=2624)}
+
+
+def modern_overrides(max_seq_len: int) -> dict[str, object]:
+    """The keys that make any config the modern recipe (presets and `kjax demo
+    --arch modern` share them)."""
+    return {"model.arch": "modern", "model.dropout_rate": 0.0,
+            "model.attention_dropout_rate": 0.0, "model.layer_norm_eps": 1e-5,
+            "model.local_attention": 128, "model.global_attn_every_n_layers": 3,
+            "model.rope_theta": 160_000.0, "model.local_rope_theta": 10_000.0,
+            "train.nsp_weight": 0.0, "data.nsp_prob": 0.0, "data.masked_lm_prob": 0.3,
+            "data.max_predictions_per_seq": max(1, round(0.3 * max_seq_len * 1.05))}
+
+
+def modern_config(name: str, size: str, max_seq_len: int, context: int = 8192) -> ConfigDict:
+    """A modern encoder of `size` trained on rows of `max_seq_len` positions,
+    able to run contexts up to `context` (RoPE: no position table to grow)."""
+    c = defaults()
+    c.name = name
+    c.model.update(vocab_size=32000, max_position_embeddings=context, **MODERN_SIZES[size])
+    c.tokenizer.update(vocab_size=32000, path=f"runs/{name}_data/tokenizer/sp")
+    c.data.update(dir=f"runs/{name}_data/examples", max_seq_len=max_seq_len)
+    c.train.update(batch_size=256, num_steps=200_000, learning_rate=8e-4, warmup_steps=3_000,
+                   weight_decay=1e-5, b2=0.98, eps=1e-6)
+    for key, value in modern_overrides(max_seq_len).items():
+        section, leaf = key.split(".")
+        c[section][leaf] = value
+    return c

@@ -90,6 +90,7 @@ def share(default, meaning, closed_max=False):
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
+ARCHS = ("bert", "modern")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "nothing_saveable", "everything_saveable")
 TOKENIZER_SCHEMES = ("sentencepiece", "morph-sp", "multihot")
@@ -110,12 +111,17 @@ LOGICAL_RULES = (
 )
 
 MODEL = {
+    "arch": Key("bert", "the encoder recipe: bert (post-LN, GELU, learned positions, token "
+                "types, biases, NSP head; kjax/model/encoder.py) or modern (ModernBERT: pre-LN, "
+                "RoPE, GeGLU, no biases, local/global attention, MLM only; kjax/model/modern.py)",
+                choices=ARCHS),
     "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
     "hidden_size": at_least(1, 768, "width of every layer (H)"),
     "num_layers": at_least(1, 12, "transformer layers"),
     "num_heads": at_least(1, 12, "attention heads per layer (hidden_size must divide by it)"),
     "intermediate_size": at_least(1, 3072, "FFN width"),
-    "max_position_embeddings": at_least(1, 512, "rows of the position embedding"),
+    "max_position_embeddings": at_least(1, 512, "rows of the position embedding (modern: the "
+                                        "longest context; RoPE has no table)"),
     "type_vocab_size": at_least(1, 2, "token-type (segment) embedding rows"),
     "dropout_rate": share(0.1, "dropout on embeddings, attention output and FFN"),
     "attention_dropout_rate": share(0.1, "dropout on the attention probabilities"),
@@ -134,6 +140,12 @@ MODEL = {
     "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
                           "dot_product (jax.nn.dot_product_attention) or flash (Pallas, Eq. 1 "
                           "inside; kjax/model/attention_core.py)", choices=ATTENTION_IMPLS),
+    "rope_theta": positive(160_000.0, "modern: RoPE base of the global-attention layers"),
+    "local_rope_theta": positive(10_000.0, "modern: RoPE base of the local-attention layers"),
+    "local_attention": at_least(0, 128, "modern: window of the local layers (a query sees keys "
+                                "within local_attention // 2 positions; 0: every layer global)"),
+    "global_attn_every_n_layers": at_least(1, 3, "modern: layer i attends globally when "
+                                           "i % n == 0, the others locally (1: all global)"),
     "shake_factor": Key(0.0, "bf of Eq. 1 in every layer during pretraining (0: plain "
                         "attention, bit-identical)"),
     "shake_factor_per_layer": Key((), "one bf per layer instead of shake_factor (() = unused)"),
@@ -229,6 +241,12 @@ TRAIN = {
     "keep_checkpoints": at_least(1, 3, "checkpoints kept (the latest)"),
     "peak_flops": at_least(0, 0.0, "per-device peak FLOP/s for MFU (0: datasheet or measured)"),
     "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
+    "loader_workers": at_least(0, 0, "grain worker processes building batches (mp_prefetch; "
+                               "0: reader threads in the training process); the same batches "
+                               "for any value; keep it fixed across resumes of a run"),
+    "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
+                   "attention inside an example, positions restart; kjax/batches/packing.py): "
+                   "no NSP, one-hot input, no knowledge heads or B"),
 }
 
 MESH = {

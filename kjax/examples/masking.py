@@ -114,10 +114,14 @@ def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: n
     """
     units_of = unit_ids if unit_ids is not None else np.arange(len(input_ids))
     units = mask_units(units_of, maskable, position_ids)
-    if position_ids is None:
-        costs = [len(u) for u in units]
-    else:
-        costs = [len(np.unique(np.asarray(position_ids)[u])) for u in units]
+    sizes = np.fromiter((len(u) for u in units), np.int64, len(units))
+    if position_ids is None or not len(units):
+        costs = sizes.tolist()
+    else:   # distinct positions per unit, for all units at once
+        owner = np.repeat(np.arange(len(units)), sizes)
+        pos = np.asarray(position_ids)[np.concatenate(units)]
+        first = np.unique(owner * (int(pos.max()) + 2) + pos + 1, return_index=True)[1]
+        costs = np.bincount(owner[first], minlength=len(units)).tolist()
     population = sum(costs)
     budget = min(max_predictions, max(1, int(round(population * masked_lm_prob))))
     chosen: list[np.ndarray] = []

@@ -47,6 +47,7 @@ class InputMode:
     knowledge_positions = False          # the knowledge heads (METHODS §2.5) can run on it
     export_format = "bert"               # "bert" | "kjax_multihot" | None (refused)
     finetune_supported = True
+    packable = False                     # train.packing can pack its rows (kjax/batches/packing.py)
 
     # ---- the config ----------------------------------------------------------------
     def check(self, config) -> None:
@@ -59,6 +60,21 @@ class InputMode:
         if loss not in self.mlm_losses:
             raise KjaxError(f"train.mlm_loss={loss!r} with model.input_mode={self.name!r}; "
                             f"choose one of {self.mlm_losses}")
+        if config.train.packing:
+            self.check_packing(config)
+
+    def check_packing(self, config) -> None:
+        """Packing moves whole one-hot rows; what indexes positions across a row
+        (B, knowledge positions, a mode's own arrays) is not carried yet."""
+        k = config.knowledge
+        why = (f"model.input_mode={self.name!r} (one-hot modes only)" if not self.packable
+               else "shaking (B of Eq. 1)" if config.model.shake_factor or
+               config.model.shake_factor_per_layer else
+               "the knowledge heads" if k.hypernym_weight or k.sense_weight or k.verb_weight
+               else None)
+        if why:
+            raise KjaxError(f"train.packing=True cannot pack rows with {why}; set "
+                            f"--config.train.packing=False")
 
     # ---- examples → fixed-shape arrays (prepare's static masks, the loader) ---------
     def mask_positions(self, example: dict) -> np.ndarray | None:
@@ -100,7 +116,7 @@ class InputMode:
     # ---- batches → the model -------------------------------------------------------
     def model_inputs(self, batch: dict) -> dict:
         kwargs = {k: batch[k] for k in TOKEN_INPUTS}
-        kwargs.update({k: batch[k] for k in ("position_ids",) if k in batch})
+        kwargs.update({k: batch[k] for k in ("position_ids", "segment_ids") if k in batch})
         if (shake := shake_from_batch(batch)) is not None:   # dense B or its pairs layout
             kwargs["shake"] = shake
         return kwargs

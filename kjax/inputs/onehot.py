@@ -7,6 +7,7 @@ from kjax.inputs.base import InputMode
 
 class OneHot(InputMode):
     name = "onehot"
+    packable = True
 
 
 MODE = OneHot()

@@ -243,6 +243,7 @@ class KnowledgeBase:
     _hypernyms_index: dict = _derived()
     _sense_vectors_index: dict = _derived()
     _case_frames_index: dict = _derived()
+    _forms: dict = _derived()   # name → form → its tags in TAGS order (the fallback's lookup)
 
     def __post_init__(self):
         dims = {len(v) for v in self.sense_vectors.values()}
@@ -250,8 +251,16 @@ class KnowledgeBase:
             raise ResourceError(f"sense vectors of different dimensions {sorted(dims)}; "
                                 f"use one dimension for all entries")
         object.__setattr__(self, "sense_dim", dims.pop() if dims else 0)
+        forms: dict[str, dict[str, list[str]]] = {}
         for name in ("hypernyms", "sense_vectors", "case_frames"):
-            object.__setattr__(self, f"_{name}_index", _index_by_form_tag(getattr(self, name)))
+            index = _index_by_form_tag(getattr(self, name))
+            object.__setattr__(self, f"_{name}_index", index)
+            by_form = forms.setdefault(name, {})
+            for form, tag in index:
+                by_form.setdefault(form, []).append(tag)
+            for tags in by_form.values():
+                tags.sort(key=lambda t: _TAG_ORDER.get(t, len(_TAG_ORDER)))
+        object.__setattr__(self, "_forms", forms)
 
     @classmethod
     def load(cls, hypernyms: str | None = None, sense_vectors: str | None = None,
@@ -278,9 +287,11 @@ class KnowledgeBase:
         kind = pos_class(tag)
         if kind == "other":
             return []
-        similar = sorted((t for f, t in index if f == form and pos_class(t) == kind),
-                         key=lambda t: _TAG_ORDER.get(t, len(_TAG_ORDER)))
-        return index[(form, similar[0])] if similar else []
+        # the first tag of the same class in TAGS order (a dict lookup, not a scan:
+        # the loader asks this for every noun and predicate of every example)
+        similar = next((t for t in self._forms[name].get(form, ()) if pos_class(t) == kind),
+                       None)
+        return index[(form, similar)] if similar is not None else []
 
     def hypernyms_of(self, form: str, tag: str, homograph: int | None = None) -> tuple[str, ...]:
         """Hypernym forms; without a homograph number, the union of all homographs."""

@@ -1,5 +1,6 @@
 """Bidirectional multi-head self-attention with the SHAKE logit modifier.
 
+    q, k = rope(q), rope(k)                      (modern recipe only: kjax/model/rope.py)
     score = q·kᵀ / sqrt(d)                       (scaled logits)
     score += |score ⊙ B| · bf                    (METHODS §1.2, Eq. 1)
     α = softmax(score where the mask attends)
@@ -30,6 +31,7 @@ from kjax.model.attention_core import (MASK_VALUE, choose_impl, dense_shake, fus
                                        logits_mask)
 from kjax.model.config import EncoderConfig
 from kjax.model.layers import kernel_init, zeros_init
+from kjax.model.rope import apply_rope
 
 
 def shake_scores(scores: jax.Array, shake: jax.Array, bf: jax.Array) -> jax.Array:
@@ -70,26 +72,31 @@ class HeadProjection(nn.Module):
             shape, axes, bias_shape, bias_axes = (d, heads, head_dim), ("embed", "heads", "kv"), \
                 (heads, head_dim), ("heads", "kv")
         kernel = self.param("kernel", kernel_init(cfg, axes), shape, cfg.weight_dtype)
-        bias = self.param("bias", zeros_init(bias_axes), bias_shape, cfg.weight_dtype)
-        kernel, bias = kernel.astype(cfg.compute_dtype), bias.astype(cfg.compute_dtype)
         spec = "bshd,hdD->bsD" if self.merge else "bsD,Dhd->bshd"
-        return jnp.einsum(spec, x.astype(cfg.compute_dtype), kernel) + bias
+        y = jnp.einsum(spec, x.astype(cfg.compute_dtype), kernel.astype(cfg.compute_dtype))
+        if not cfg.use_bias:   # the modern recipe is bias-free
+            return y
+        bias = self.param("bias", zeros_init(bias_axes), bias_shape, cfg.weight_dtype)
+        return y + bias.astype(cfg.compute_dtype)
 
 
 class SelfAttention(nn.Module):
     """`attention_mask` [b, k] (1 attends); optional `segment_ids` [b, s]
     (packed documents never attend across) and `local_window` w (a query
-    sees keys within w // 2 positions; None: global attention)."""
+    sees keys within w // 2 positions; None: global attention); optional
+    `rope` (cos, sin) [b, s, head_dim] rotates q and k (the modern recipe)."""
     config: EncoderConfig
     deterministic: bool = True
     return_analysis: bool = False
     local_window: int | None = None
 
     @nn.compact
-    def __call__(self, x, attention_mask, shake=None, bf=None, segment_ids=None):
+    def __call__(self, x, attention_mask, shake=None, bf=None, segment_ids=None, rope=None):
         cfg = self.config
         head_dim = cfg.head_dim
         q, k, v = (HeadProjection(cfg, name=n)(x) for n in ("query", "key", "value"))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q = q * jnp.asarray(1.0 / math.sqrt(head_dim), q.dtype)
         shake = shake if cfg.shakes else None
         dropout_on = cfg.attention_dropout_rate > 0 and not self.deterministic

@@ -7,11 +7,13 @@ import dataclasses
 import jax.numpy as jnp
 
 from kjax.config.schema import ATTENTION_IMPLS  # noqa: F401 (kjax/model/attention_core.py)
+from kjax.config.schema import ARCHS  # noqa: F401 (kjax/train/state.py)
 from kjax.inputs import input_mode
 
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
+    arch: str = "bert"                 # bert (encoder.py) | modern (modern.py)
     vocab_size: int = 32000
     hidden_size: int = 768
     num_layers: int = 12
@@ -35,12 +37,26 @@ class EncoderConfig:
     scan_layers: bool = True
     remat_policy: str = "none"
     attention_impl: str = "auto"       # kjax/model/attention_core.py
+    # modern only (ModernBERT): RoPE bases, local window, global-layer period.
+    rope_theta: float = 160_000.0
+    local_rope_theta: float = 10_000.0
+    local_attention: int = 128
+    global_attn_every_n_layers: int = 3
     # Eq. 1 boost factor: one value per layer (all equal for a scalar bf).
     shake_factor: tuple[float, ...] = ()
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def use_bias(self) -> bool:
+        """BERT's projections carry biases; the modern recipe's have none."""
+        return self.arch == "bert"
+
+    def global_layer(self, i: int) -> bool:
+        """modern: layer i attends globally (ModernBERT: every third, from layer 0)."""
+        return self.local_attention == 0 or i % self.global_attn_every_n_layers == 0
 
     @property
     def compute_dtype(self):

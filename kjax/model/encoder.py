@@ -47,6 +47,14 @@ class Embeddings(nn.Module):
                                          "position_embeddings")
         self.token_type_embeddings = table(cfg.type_vocab_size, (None, "embed"),
                                            "token_type_embeddings")
+        self.morpheme_tables(table)
+        self.layer_norm = layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def morpheme_tables(self, table):
+        """E_inpos and E_postag where the input mode's embedding path has them
+        (called from setup; the modern recipe's embeddings share it)."""
+        cfg = self.config
         if cfg.embedding not in EMBEDDINGS:
             raise ValueError(f"embedding path {cfg.embedding!r}; the model has {EMBEDDINGS}")
         if cfg.embedding == "segment_sum_inpos_postag":
@@ -59,8 +67,6 @@ class Embeddings(nn.Module):
                 param_dtype=cfg.weight_dtype, name="inpos_embeddings",
                 embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
-        self.layer_norm = layer_norm(cfg, "layer_norm")
-        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def __call__(self, input_ids, token_type_ids, position_ids, multihot=None):
         """Returns (embedded positions, Input_k before LayerNorm)."""
@@ -180,7 +186,7 @@ class BertForPreTraining(nn.Module):
             self.knowledge = KnowledgeHeads(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
-               multihot=None, return_inputs=False):
+               multihot=None, return_inputs=False, segment_ids=None):
         """(hidden [b, s, H], analysis or None[, Input_k]). With `multihot` (token_ids,
         token_position, token_inpos [b, t]; position_tags [b, s]) positions are
         morphemes and `input_ids` is unused."""
@@ -189,15 +195,18 @@ class BertForPreTraining(nn.Module):
             position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
         x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        hidden, analysis = self.encoder(x, attention_mask, shake)
+        hidden, analysis = self.encoder(x, attention_mask, shake, segment_ids)
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
-                 position_ids=None, shake=None, multihot=None, knowledge_positions=None):
+                 position_ids=None, shake=None, multihot=None, knowledge_positions=None,
+                 segment_ids=None):
         """`knowledge_positions`: {hyp_positions, sense_positions} [b, 20] for the
-        knowledge heads (METHODS §2.5), when the config has them."""
+        knowledge heads (METHODS §2.5), when the config has them. `segment_ids`
+        [b, s]: packed rows (train.packing), attention stays inside a segment."""
         hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
-                                               position_ids, shake, multihot, return_inputs=True)
+                                               position_ids, shake, multihot, return_inputs=True,
+                                               segment_ids=segment_ids)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else jnp.take_along_axis(

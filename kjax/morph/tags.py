@@ -38,11 +38,20 @@ SUBSTANTIVE_TAGS = frozenset({"NNG", "NNP", "NNB", "NP", "NR"})   # METHODS §1.
 PREDICATE_TAGS = frozenset({"VV", "VA", "VX", "VCP", "VCN"})      # METHODS §2.1
 
 
-def base_tag(tag: str) -> str:
-    """`VV-R`/`VA-I` → `VV`/`VA`: the conjugation-class suffix is not a POS."""
+def _strip_class(tag: str) -> str:
     if tag.endswith("-R") or tag.endswith("-I"):
         return tag[:-2]
     return tag
+
+
+_BASE_TAGS = {t: _strip_class(t) for t in TAGS}
+
+
+def base_tag(tag: str) -> str:
+    """`VV-R`/`VA-I` → `VV`/`VA`: the conjugation-class suffix is not a POS.
+    (A dict lookup for the known tags: the loader calls this per token.)"""
+    base = _BASE_TAGS.get(tag)
+    return base if base is not None else _strip_class(tag)
 
 
 def is_known_tag(tag: str) -> bool:

@@ -27,6 +27,7 @@ import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.batches.packing import packed_rows
 from kjax.progress import Progress
 from kjax.examples import records
 from kjax.examples.masking import static_mask_rng
@@ -38,7 +39,8 @@ from kjax.tokens.factory import load_tokenizer, tokenizer_file
 # Counters every chunk reports (its marker) and `prepare` sums into meta.json.
 CHUNK_COUNTS = ("train_examples", "eval_examples", "tokens", "documents",
                 "documents_without_examples", "sentences_without_tokens",
-                "sentences_truncated", "unknown_tags")
+                "sentences_truncated", "unknown_tags", "train_example_tokens",
+                "train_packed_rows")
 
 _worker_state: dict = {}
 
@@ -105,6 +107,11 @@ class ChunkWorker:
                             for dupe in range(copies) for n, ex in enumerate(examples)]
             records.write_shard(records.shard_path(self.out_dir, split, chunk_index), examples)
             counts[f"{split}_examples"] = len(examples)
+            if split == "train":   # for the report's token fill, packed (train.packing) or not
+                lengths = [len(ex["input_ids"]) for ex in examples]
+                counts["train_example_tokens"] = sum(lengths)
+                counts["train_packed_rows"] = packed_rows(lengths, d.max_seq_len,
+                                                          config.train.batch_size)
         records.write_json(records.chunk_marker(self.out_dir, chunk_index), counts)  # "done"
         return chunk_index, counts
 
@@ -197,7 +204,13 @@ def build_meta(config, stats: CorpusStats, totals: dict[str, int]) -> dict:
     """meta.json: the corpus report (skipped lines, documents with no usable
     line or no example) and the shapes the loader checks."""
     d = config.data
-    return {"corpus": stats.summary(), "documents": stats.documents,
+    slots = lambda rows: max(1, rows * d.max_seq_len)  # noqa: E731
+    fill = {"token_fill": {   # real tokens / slots of the train rows
+        "padded": round(totals.get("train_example_tokens", 0) /
+                        slots(totals.get("train_examples", 0)), 4),
+        "packed": round(totals.get("train_example_tokens", 0) /
+                        slots(totals.get("train_packed_rows", 0)), 4)}}
+    return {"corpus": stats.summary(), **fill, "documents": stats.documents,
             "sentences": stats.sentences, "skipped_lines": stats.skipped,
             "empty_documents": stats.empty_documents,
             "vocab_size": config.model.vocab_size, "max_seq_len": d.max_seq_len,

@@ -16,6 +16,7 @@ from kjax import objectives
 from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
+from kjax.model.modern import ModernBertForPreTraining
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
 
 
@@ -51,9 +52,14 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
                     eps=train_cfg.eps, weight_decay=train_cfg.weight_decay, mask=decay_mask))
 
 
+ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining}
+
+
 def make_model(config, deterministic: bool, return_analysis: bool = False):
-    return BertForPreTraining(EncoderConfig.from_config(config.model, config.knowledge),
-                              deterministic=deterministic, return_analysis=return_analysis)
+    """The pretraining model of `model.arch` (kjax/model/encoder.py, modern.py)."""
+    enc = EncoderConfig.from_config(config.model, config.knowledge)
+    return ARCHITECTURES[enc.arch](enc, deterministic=deterministic,
+                                   return_analysis=return_analysis)
 
 
 MODEL_ARGS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")

@@ -9,6 +9,7 @@ which is what makes a resumed run bit-identical to an uninterrupted one.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from kjax import objectives
@@ -41,6 +42,8 @@ def make_train_step(config, mesh, train_model, tx, shardings):
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
+        # real tokens / slots: what padding wastes, or what train.packing wins back
+        metrics["token_fill"] = batch["attention_mask"].mean(dtype=jnp.float32)
         metrics["learning_rate"] = schedule(state["step"])
         new_state = {**state, "step": state["step"] + 1, "params": params,
                      "opt_state": opt_state}
@@ -65,7 +68,8 @@ def make_eval_step(config, mesh, eval_model, param_shardings):
         slots = objectives.slots(batch, config)
         sums = {k: v * slots[METRIC_OBJECTIVE[k]] for k, v in m.items() if k in METRIC_OBJECTIVE}
         used = {METRIC_OBJECTIVE[k] for k in sums}
-        return {**sums, **{f"{o}_weight": slots[o] for o in used}}
+        return {**sums, **{f"{o}_weight": slots[o] for o in used},
+                "examples": batch["nsp_weights"].sum()}   # 1 per real example, NSP or not
 
     jitted = jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding(mesh)),
                      out_shardings=replicated(mesh))
@@ -85,7 +89,7 @@ def summarize_eval(sums: list[dict], weights: dict[str, float] | None = None) ->
            for k, o in METRIC_OBJECTIVE.items() if k in total}
     out["loss"] = sum((weights or {}).get(o, 1.0) * out[f"{o}_loss"]
                       for o in dict.fromkeys(METRIC_OBJECTIVE.values()) if f"{o}_loss" in out)
-    out["examples"] = total["nsp_weight"]
+    out["examples"] = total["examples"]
     return out
 
 
@@ -94,6 +98,12 @@ def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:
     *bidirectional* attention: every query sees all seq_len keys."""
     h, i, v, L = (model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.vocab_size,
                   model_cfg.num_layers)
+    if model_cfg.get("arch", "bert") == "modern":   # GeGLU: 3 matrices; local layers see w + 1 keys
+        every, window = model_cfg.global_attn_every_n_layers, model_cfg.local_attention
+        keys = [seq_len if not window or k % every == 0 else min(seq_len, window + 1)
+                for k in range(L)]
+        encoder = sum(seq_len * (2 * (4 * h * h + 3 * h * i) + 2 * 2 * n * h) for n in keys)
+        return 3.0 * (encoder + predictions * 2 * (h * h + h * v))
     per_token_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h  # proj+FFN, QKᵀ and αV
     encoder = L * seq_len * per_token_layer
     heads = predictions * 2 * (h * h + h * v) + 2 * (h * h + 2 * h)  # MLM at p rows, pooler+NSP
