@@ -17,7 +17,7 @@ import numpy as np
 from kjax import paths
 from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
-from kjax.finetune.features import Encoder
+from kjax.finetune.features import Encoder, apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
@@ -130,12 +130,11 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
     encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
     features = {k: encoder.encode(v) for k, v in splits.items()}
-    for feats in features.values():   # e.g. shared_position: a postposition's shared ids
-        feats.position_ids = mode.finetune_position_ids(feats.units, feats.lengths,
-                                                        ft.max_seq_len, config)
+    for feats in features.values():   # the mode's positions; labels follow them
+        apply_input_mode(feats, mode, config, ft.max_seq_len)
     data = TaskData(task, names, splits, features)
     init = None if (init or "").lower() in NO_INIT else init
-    tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft))
+    tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
     return tuner
 

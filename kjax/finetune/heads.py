@@ -26,7 +26,12 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 OPTIONAL_INPUTS = ("position_ids", "shake")   # the input mode's position ids; SHAKE's B
 
 
-def model_inputs(batch: dict) -> dict:
+def model_inputs(batch: dict, mode=None) -> dict:
+    """The model's keyword arguments from a fine-tuning batch: the input mode
+    (kjax/inputs) says which (segment modes nest their token stream in
+    `multihot`); without one, the token inputs the batch holds."""
+    if mode is not None:
+        return mode.model_inputs(batch)
     return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch}
 
 
@@ -42,9 +47,10 @@ class TaskModel(nn.Module):
         self.dropout = nn.Dropout(self.classifier_dropout)
         self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None):
+    def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
+                 multihot=None):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
-                                     shake=shake)
+                                     shake=shake, multihot=multihot)
         x = hidden if self.task == "ner" else jnp.tanh(self.bert.pooler(hidden[:, 0]))
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)

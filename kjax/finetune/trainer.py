@@ -57,8 +57,10 @@ class FineTuner:
     """Mesh, optimizer, pretrained weights and compiled steps, shared by every
     run of an experiment (seeds × fine-tune bf)."""
 
-    def __init__(self, config, ft, data: TaskData, mesh, init: str | None, shake_cfg):
+    def __init__(self, config, ft, data: TaskData, mesh, init: str | None, shake_cfg,
+                 mode=None):
         self.config, self.ft, self.data, self.mesh = config, ft, data, mesh
+        self.mode = mode   # the input mode (kjax/inputs): model inputs, positions
         self.task, self.shake_cfg = data.task, shake_cfg
         self.batch = ft.batch_size
         self.eval_batch = ft.eval_batch_size or ft.batch_size
@@ -88,12 +90,13 @@ class FineTuner:
                                                 deterministic, self.dropout)
         return self._models[key]
 
-    def _dummy(self):
-        ids = jnp.zeros((1, self.ft.max_seq_len), jnp.int32)
-        return ids, ids, jnp.ones_like(ids)
+    def _dummy(self) -> dict:
+        """Init inputs: one training row as the input mode feeds it (no B)."""
+        batch = make_batch(self.data.features["train"], np.zeros(1, np.int64))
+        return model_inputs(batch, self.mode)
 
     def _boxed_state(self, rng):
-        params = self.model(0.0, True).init(rng, *self._dummy())["params"]
+        params = self.model(0.0, True).init(rng, **self._dummy())["params"]
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": self.tx.init(params), "rng": jax.random.key_data(rng)}
 
@@ -118,7 +121,7 @@ class FineTuner:
     def init_state(self, seed: int):
         def init(rng, bert):
             params_rng, dropout_rng = jax.random.split(rng)
-            params = nn.meta.unbox(self.model(0.0, True).init(params_rng, *self._dummy())["params"])
+            params = nn.meta.unbox(self.model(0.0, True).init(params_rng, **self._dummy())["params"])
             if bert is not None:
                 params = {**params, "bert": bert}
             return {"step": jnp.zeros((), jnp.int32), "params": params,
@@ -141,13 +144,13 @@ class FineTuner:
 
     def train_step(self, bf: float):
         if bf not in self._train_steps:
-            model, tx, task = self.model(bf, False), self.tx, self.task
+            model, tx, task, mode = self.model(bf, False), self.tx, self.task, self.mode
 
             def step(state, batch):
                 rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
 
                 def loss_fn(params):
-                    out = model.apply({"params": params}, **model_inputs(batch),
+                    out = model.apply({"params": params}, **model_inputs(batch, mode),
                                       rngs={"dropout": rng})
                     return task_loss(task, out, batch)
 
@@ -164,10 +167,10 @@ class FineTuner:
 
     def eval_step(self, bf: float):
         if bf not in self._eval_steps:
-            model, task = self.model(bf, True), self.task
+            model, task, mode = self.model(bf, True), self.task, self.mode
 
             def step(params, batch):
-                out = model.apply({"params": params}, **model_inputs(batch))
+                out = model.apply({"params": params}, **model_inputs(batch, mode))
                 return task_predictions(task, out)
 
             self._eval_steps[bf] = jax.jit(
@@ -208,8 +211,9 @@ class FineTuner:
         if self.task != "ner":
             return self.data.label_names[int(pred)]
         spans = feats.token_spans[i]
-        tags = [self.data.label_names[int(t)] for t in pred[1:1 + len(spans)]]
-        return token_to_char_tags(feats.texts[i], tags, spans)
+        names = self.data.label_names
+        tags = [names[t] for t in token_predictions(feats, i, pred, names)]
+        return token_to_char_tags(feats.texts[i], tags[1:1 + len(spans)], spans)
 
     def evaluate(self, params, split: str, bf: float) -> tuple[dict, list]:
         preds = self.predict(params, split, bf)
@@ -227,6 +231,21 @@ class FineTuner:
         preds = baseline_predictions(self.task, train_gold, self.data.gold(split))
         return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
                             self.ft.sts_threshold)
+
+
+def token_predictions(feats: Features, row: int, pred, names: list[str]) -> list[int]:
+    """Per token of `row`, the label id predicted at the position it feeds; a
+    B- label continues as I- over the later tokens of the same position."""
+    owner = feats.token_position[row] if feats.token_position is not None else \
+        np.arange(len(pred))
+    n = int(feats.lengths[row])
+    out = []
+    for t in range(n):
+        label = int(pred[owner[t]])
+        if t and owner[t] == owner[t - 1] and names[label].startswith("B-"):
+            label = names.index("I-" + names[label][2:])
+        out.append(label)
+    return out
 
 
 def write_json(path: str, obj) -> None:
