@@ -89,3 +89,40 @@ def test_ner_labels_follow_the_modes_positions_and_come_back(tokenizers, tmp_pat
     logits = np.asarray(tuner.model(0.0, True).apply({"params": params},
                                                      **model_inputs(batch, tuner.mode)))
     assert logits.shape == (4, 32, len(names)) and np.isfinite(logits).all()
+
+
+def ner_rows(n, seed):
+    """Names (PS) and cities (LC), each a whole morpheme, among filler words."""
+    rng, rows = np.random.default_rng(seed), []
+    filler = ["그리고", "법", "제", "조", "항", "및", "등", "수", "있다", "국민", "정부"]
+    names = {"PS": ["철수", "영희", "민수"], "LC": ["서울", "부산", "대구"]}
+    for _ in range(n):
+        words, spans, text = list(rng.choice(filler, 6)), [], ""
+        for kind in ("PS", "LC"):
+            words.insert(int(rng.integers(len(words) + 1)), "@" + kind)
+        for w in words:
+            text += " " if text else ""
+            if w.startswith("@"):
+                name = str(rng.choice(names[w[1:]]))
+                spans.append([len(text), len(text) + len(name), w[1:]])
+                w = name + "가"
+            text += w
+        rows.append({"text": text, "entities": spans})
+    return rows
+
+
+@pytest.mark.slow
+def test_a_tiny_multihot_model_learns_ner(tokenizers, tmp_path):
+    """Issue 14's done-when: a multi-hot model learns NER (labels on morphemes)."""
+    from kjax.finetune.run import run_one
+    config, tokenizer = mode_config(tokenizers, "multihot")
+    ft = finetune_settings(["finetune.max_seq_len=32", "finetune.batch_size=16",
+                            "finetune.epochs=6", "finetune.learning_rate=1e-2",
+                            "finetune.patience=0", "finetune.classifier_dropout=0.0",
+                            "finetune.checkpoint_every=1000"])
+    tuner = make_tuner(config, ft, "ner", write_jsonl(tmp_path / "train.jsonl", ner_rows(64, 0)),
+                       write_jsonl(tmp_path / "dev.jsonl", ner_rows(32, 1)), init="none",
+                       tokenizer=tokenizer)
+    result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
+    dev, baseline = result["results"]["+0"]["dev"], result["baseline"]["dev"]
+    assert baseline["entity_f1"] == 0.0 and dev["entity_f1"] >= 0.8, dev

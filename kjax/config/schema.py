@@ -271,6 +271,10 @@ FINETUNE = {
     "keep_checkpoints": at_least(1, 1, "checkpoints kept"),
     "log_every": at_least(1, 10, "steps between logged losses"),
     "sts_threshold": Key(3.0, "regress: threshold of the binary F1 (KLUE-STS)"),
+    "doc_stride": at_least(1, 128, "qa: tokens between the starts of a context's windows"),
+    "max_query_len": at_least(1, 64, "qa: question tokens kept (the rest is cut)"),
+    "max_answer_len": at_least(1, 30, "qa: longest answer span, in model positions"),
+    "n_best": at_least(1, 20, "qa: start and end candidates per window when decoding"),
     "shake": FINETUNE_SHAKE,
 }
 

@@ -19,6 +19,7 @@ from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
 from kjax.finetune.features import Encoder, apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
+from kjax.finetune.qa import QAEncoder
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
@@ -32,6 +33,7 @@ TASK_METRICS = {
     "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
     "regress": ("pearson", "spearman", "f1", "mse"),
     "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
+    "qa": ("f1", "exact_match", "squad_f1"),
 }
 
 
@@ -128,7 +130,9 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     # Plain sentencepiece knows no POS: line its tokens up with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
-    encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
+    encoder = (QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len)
+               if task == "qa" else
+               Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi))
     features = {k: encoder.encode(v) for k, v in splits.items()}
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)

@@ -45,6 +45,8 @@ class Features:
     inputs: dict | None = None      # the input mode's model arrays per row (finetune_inputs)
     token_position: np.ndarray | None = None   # [n, seq] the position each token feeds, -1
     b_view: object = None           # the input mode's finetune_b_view (B over its positions)
+    label_kind: str = "example"     # "example" | "tokens" (ner) | "span" (qa: [n, 2] start/end)
+    example_index: np.ndarray | None = None   # qa: the question each row (window) belongs to
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -145,7 +147,8 @@ class Encoder:
         aligned = self.aligned[0] / max(self.aligned[1], 1) if self.analyzer else 0.0
         return Features(arrays["input_ids"], arrays["token_type_ids"],
                         arrays["attention_mask"], units, labels, lengths, texts, all_spans,
-                        truncated, aligned)
+                        truncated, aligned,
+                        label_kind="tokens" if self.task == "ner" else "example")
 
     def _label(self, name: str, ex: Example) -> int:
         if name not in self.label_index:
@@ -220,7 +223,9 @@ def apply_input_mode(feats: Features, mode, config, seq_len: int) -> None:
                                                                config)
     feats.position_ids = feats.inputs.get("position_ids")
     feats.b_view = mode.finetune_b_view
-    if feats.labels.ndim == 2:                      # token labels (NER)
+    if feats.label_kind == "span":                  # start/end token → its position
+        feats.labels = np.take_along_axis(feats.token_position, feats.labels, axis=1)
+    elif feats.label_kind == "tokens":              # token labels (NER)
         first = first_tokens(feats.token_position)
         feats.labels = np.where(first >= 0, np.take_along_axis(
             feats.labels, np.maximum(first, 0), axis=1), -1).astype(np.int32)

@@ -4,7 +4,8 @@ one dense head.
 
     classify, pair   tanh(pooler(h_[CLS])) → dropout → dense(num_labels)
     regress          the same with one output (the score)
-    ner              h_t → dropout → dense(num_labels) for every token
+    ner              h_t → dropout → dense(num_labels) for every position
+    qa               h_t → dropout → dense(2): start and end logits per position
 
 SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
 and inference use two instances of the same module with different bf and
@@ -51,7 +52,7 @@ class TaskModel(nn.Module):
                  multihot=None):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
                                      shake=shake, multihot=multihot)
-        x = hidden if self.task == "ner" else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+        x = hidden if self.task in ("ner", "qa") else jnp.tanh(self.bert.pooler(hidden[:, 0]))
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)
         return logits[..., 0] if self.task == "regress" else logits
@@ -62,7 +63,7 @@ def make_task_model(config, task: str, num_labels: int, bf: float, deterministic
     """`config` is the kjax ConfigDict; bf applies equally in every layer."""
     enc = EncoderConfig.from_config(config.model)
     enc = dataclasses.replace(enc, shake_factor=(float(bf),) * enc.num_layers)
-    outputs = 1 if task == "regress" else num_labels
+    outputs = {"regress": 1, "qa": 2}.get(task, num_labels)
     return TaskModel(enc, task, outputs, classifier_dropout, deterministic)
 
 
@@ -73,6 +74,11 @@ def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
         per_example = (outputs - batch["labels"]) ** 2
         return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
     labels = batch["labels"]
+    if task == "qa":   # start and end over the row's positions (padding excluded)
+        logits = jnp.where(batch["attention_mask"][..., None] > 0, outputs, -1e9)
+        ce = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i], labels[:, i])
+                 for i in (0, 1)) / 2
+        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
     safe = jnp.maximum(labels, 0)
     ce = optax.softmax_cross_entropy_with_integer_labels(outputs, safe)
     if task == "ner":
@@ -82,5 +88,6 @@ def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
 
 
 def task_predictions(task: str, outputs: jax.Array) -> jax.Array:
-    """What the host needs: scores (regress), class ids, or token label ids."""
-    return outputs if task == "regress" else jnp.argmax(outputs, axis=-1).astype(jnp.int32)
+    """What the host needs: scores (regress), start/end logits (qa), class
+    ids, or position label ids."""
+    return outputs if task in ("regress", "qa") else jnp.argmax(outputs, axis=-1).astype(jnp.int32)

@@ -5,6 +5,7 @@ against hand-computed values.
     pair      accuracy, macro_f1                (KLUE-NLI reports accuracy)
     regress   pearson, spearman, f1 at 3.0      (KLUE-STS: Pearson and binary F1)
     ner       entity_f1 (micro), entity_macro_f1, char_macro_f1  (KLUE-NER)
+    qa        f1 (KorQuAD's character F1), exact_match, squad_f1   (kjax/finetune/qa_metrics.py)
 
 NER follows KLUE's scoring: entities decoded strictly (IOB2: only B-X opens
 an entity), per sentence; the character-level macro F1 averages the B-/I-
@@ -21,7 +22,7 @@ import numpy as np
 from kjax.finetune.bio import OUTSIDE, tags_to_spans
 
 PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "regress": "pearson",
-           "ner": "entity_f1"}
+           "ner": "entity_f1", "qa": "f1"}
 
 
 def _f1(tp: float, fp: float, fn: float, empty: float = 0.0) -> float:
@@ -129,15 +130,20 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
         scores = entity_scores(gold, pred)
         scores["char_macro_f1"] = char_macro_f1(gold, pred, label_names)
         return scores
+    if task == "qa":
+        from kjax.finetune.qa_metrics import qa_metrics
+        return qa_metrics(gold, pred)
     raise ValueError(f"unknown task {task!r}")
 
 
 def baseline_predictions(task: str, train_gold: Sequence, eval_gold: Sequence) -> list:
     """The no-model baseline: the majority class of train, its mean score,
-    or all-O tags."""
+    all-O tags, or no answer (qa)."""
     if task in ("classify", "pair"):
         majority = collections.Counter(train_gold).most_common(1)[0][0]
         return [majority] * len(eval_gold)
     if task == "regress":
         return [float(np.mean(train_gold))] * len(eval_gold)
+    if task == "qa":
+        return [""] * len(eval_gold)
     return [[OUTSIDE] * len(tags) for tags in eval_gold]

@@ -180,7 +180,10 @@ def _write_predictions(tuner, split: str, preds: list, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for ex, pred in zip(tuner.data.examples[split], preds):
             row = {"guid": ex.guid}
-            if tuner.task == "ner":
+            if tuner.task == "qa":
+                row.update(question=ex.text_a, gold=[t for _, t in ex.label or ()],
+                           impossible=ex.impossible, pred=pred)
+            elif tuner.task == "ner":
                 row.update(text=ex.text_a, gold=_entities(ex.text_a, tags_to_spans(ex.char_tags)),
                            pred=_entities(ex.text_a, tags_to_spans(pred)), pred_tags=pred)
             else:

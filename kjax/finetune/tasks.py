@@ -29,8 +29,9 @@ from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
 
-TASKS = ("classify", "pair", "regress", "ner")
-FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv")
+TASKS = ("classify", "pair", "regress", "ner", "qa")
+FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv",
+           "squad")
 TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title")
 TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis")
 LABEL_KEYS = ("label", "gold_label", "labels", "score")
@@ -42,9 +43,11 @@ class Example:
     guid: str
     text_a: str
     text_b: str | None = None
-    label: str | float | None = None          # class name, or score (regress)
+    label: object = None                      # class name, score (regress), answers (qa)
     char_tags: tuple[str, ...] | None = None  # ner: one BIO tag per character of text_a
     where: str = ""                           # "file:line" for messages
+    group: str = ""                           # qa: its article (splits keep articles whole)
+    impossible: bool = False                  # qa: unanswerable (KLUE-MRC is_impossible)
 
 
 def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
@@ -55,6 +58,12 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
     if not paths.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
     fmt = detect_format(path, task) if fmt == "auto" else fmt
+    if (task == "qa") != (fmt == "squad"):
+        raise KjaxError(f"{path}: --task qa reads SQuAD-style JSON (KorQuAD, KLUE-MRC; "
+                        f"--format squad) and --format squad is only for --task qa")
+    if fmt == "squad":
+        from kjax.finetune.qa import read_squad
+        return read_squad(path)
     if fmt == "klue-ner" and task != "ner":
         raise KjaxError(f"{path}: the KLUE-NER format holds character tags; use --task ner "
                         f"(or --format tsv for text<TAB>label rows)")
@@ -73,6 +82,8 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
 
 def detect_format(path: str, task: str) -> str:
     lower = path.lower()
+    if task == "qa":
+        return "squad"
     if lower.endswith(".jsonl"):
         return "jsonl"
     if lower.endswith(".json"):
@@ -267,15 +278,22 @@ def check_example(ex: Example, task: str) -> None:
 
 def split_examples(examples: Sequence[Example], fractions: Sequence[float],
                    seed: int) -> list[list[Example]]:
-    """Seeded split into len(fractions) parts (the last takes the rounding)."""
-    order = np.random.default_rng(seed).permutation(len(examples))
-    bounds = np.round(np.cumsum(fractions)[:-1] / sum(fractions) * len(examples)).astype(int)
-    return [[examples[i] for i in part] for part in np.split(order, bounds)]
+    """Seeded split into len(fractions) parts (the last takes the rounding).
+    Examples of one `group` (a QA article) stay on one side, so no paragraph
+    is both trained and scored; fractions then count groups."""
+    groups = list(dict.fromkeys(ex.group or i for i, ex in enumerate(examples)))
+    members = {}
+    for i, ex in enumerate(examples):
+        members.setdefault(ex.group or i, []).append(i)
+    order = np.random.default_rng(seed).permutation(len(groups))
+    bounds = np.round(np.cumsum(fractions)[:-1] / sum(fractions) * len(groups)).astype(int)
+    return [[examples[i] for g in part for i in members[groups[g]]]
+            for part in np.split(order, bounds)]
 
 
 def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
     """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
-    if task == "regress":
+    if task in ("regress", "qa"):
         return []
     if task == "ner":
         kinds = sorted({split_tag(t)[1] for part in splits for ex in part

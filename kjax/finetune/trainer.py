@@ -29,6 +29,7 @@ from kjax.finetune.features import Features, make_batch
 from kjax.finetune.heads import make_task_model, model_inputs, task_loss, task_predictions
 from kjax.finetune.metrics import PRIMARY, baseline_predictions, task_metrics
 from kjax.finetune.pretrained import restore_pretrained_params
+from kjax.finetune.qa import decode_answers, gold_answers
 from kjax.finetune.tasks import Example
 from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
                                 put_batch, replicated)
@@ -50,6 +51,8 @@ class TaskData:
 
     def gold(self, split: str) -> list:
         exs = self.examples[split]
+        if self.task == "qa":
+            return gold_answers(exs)
         return [list(e.char_tags) for e in exs] if self.task == "ner" else [e.label for e in exs]
 
 
@@ -203,6 +206,10 @@ class FineTuner:
             with self._context():
                 preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
             out += list(preds[:len(rows)])
+        if self.task == "qa":   # windows → one answer per question
+            allow_null = any(ex.impossible for ex in self.data.examples["train"])
+            return decode_answers(feats, out, self.data.examples[split], self.ft.n_best,
+                                  self.ft.max_answer_len, allow_null)
         return [self._decode(feats, i, p) for i, p in enumerate(out)]
 
     def _decode(self, feats: Features, i: int, pred):
