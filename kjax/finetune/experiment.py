@@ -17,6 +17,7 @@ import numpy as np
 from kjax import paths
 from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
+from kjax.finetune.choice import encode_choices
 from kjax.finetune.features import Encoder, apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.qa import QAEncoder
@@ -33,7 +34,7 @@ TASK_METRICS = {
     "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
     "regress": ("pearson", "spearman", "f1", "mse"),
     "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
-    "qa": ("f1", "exact_match", "squad_f1"),
+    "qa": ("f1", "exact_match", "squad_f1"), "choice": ("accuracy",),
 }
 
 
@@ -130,10 +131,14 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     # Plain sentencepiece knows no POS: line its tokens up with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
-    encoder = (QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len)
-               if task == "qa" else
-               Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi))
-    features = {k: encoder.encode(v) for k, v in splits.items()}
+    if task == "qa":
+        encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
+    elif task == "choice":
+        pairs = Encoder(tokenizer, "pair", ["0", "1"], ft.max_seq_len, pos_from_kiwi)
+        encode = lambda examples: encode_choices(pairs, examples)  # noqa: E731
+    else:
+        encode = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi).encode
+    features = {k: encode(v) for k, v in splits.items()}
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)
     data = TaskData(task, names, splits, features)

@@ -47,6 +47,7 @@ class Features:
     b_view: object = None           # the input mode's finetune_b_view (B over its positions)
     label_kind: str = "example"     # "example" | "tokens" (ner) | "span" (qa: [n, 2] start/end)
     example_index: np.ndarray | None = None   # qa: the question each row (window) belongs to
+    group_size: int = 1             # choice: rows per example (one per alternative)
 
     def __len__(self) -> int:
         return len(self.input_ids)

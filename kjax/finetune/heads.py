@@ -6,6 +6,8 @@ one dense head.
     regress          the same with one output (the score)
     ner              h_t → dropout → dense(num_labels) for every position
     qa               h_t → dropout → dense(2): start and end logits per position
+    choice           the classify head with one output per (premise, alternative)
+                     row; softmax over an example's `group` rows
 
 SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
 and inference use two instances of the same module with different bf and
@@ -55,7 +57,7 @@ class TaskModel(nn.Module):
         x = hidden if self.task in ("ner", "qa") else jnp.tanh(self.bert.pooler(hidden[:, 0]))
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)
-        return logits[..., 0] if self.task == "regress" else logits
+        return logits[..., 0] if self.task in ("regress", "choice") else logits
 
 
 def make_task_model(config, task: str, num_labels: int, bf: float, deterministic: bool,
@@ -63,13 +65,18 @@ def make_task_model(config, task: str, num_labels: int, bf: float, deterministic
     """`config` is the kjax ConfigDict; bf applies equally in every layer."""
     enc = EncoderConfig.from_config(config.model)
     enc = dataclasses.replace(enc, shake_factor=(float(bf),) * enc.num_layers)
-    outputs = {"regress": 1, "qa": 2}.get(task, num_labels)
+    outputs = {"regress": 1, "qa": 2, "choice": 1}.get(task, num_labels)
     return TaskModel(enc, task, outputs, classifier_dropout, deterministic)
 
 
-def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
+def task_loss(task: str, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
     """Mean loss over real examples (weights) and, for NER, labelled tokens."""
     w = batch["weights"]
+    if task == "choice":   # rows of one example side by side: softmax over them
+        ce = optax.softmax_cross_entropy_with_integer_labels(
+            outputs.reshape(-1, group), batch["labels"].reshape(-1, group)[:, 0])
+        w = w.reshape(-1, group)[:, 0]
+        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
     if task == "regress":
         per_example = (outputs - batch["labels"]) ** 2
         return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
@@ -87,7 +94,9 @@ def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
     return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
 
 
-def task_predictions(task: str, outputs: jax.Array) -> jax.Array:
+def task_predictions(task: str, outputs: jax.Array, group: int = 1) -> jax.Array:
     """What the host needs: scores (regress), start/end logits (qa), class
-    ids, or position label ids."""
+    ids, the chosen alternative (choice), or position label ids."""
+    if task == "choice":
+        return jnp.argmax(outputs.reshape(-1, group), axis=-1).astype(jnp.int32)
     return outputs if task in ("regress", "qa") else jnp.argmax(outputs, axis=-1).astype(jnp.int32)

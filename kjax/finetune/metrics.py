@@ -6,6 +6,7 @@ against hand-computed values.
     regress   pearson, spearman, f1 at 3.0      (KLUE-STS: Pearson and binary F1)
     ner       entity_f1 (micro), entity_macro_f1, char_macro_f1  (KLUE-NER)
     qa        f1 (KorQuAD's character F1), exact_match, squad_f1   (kjax/finetune/qa_metrics.py)
+    choice    accuracy                          (NIKL CoPA)
 
 NER follows KLUE's scoring: entities decoded strictly (IOB2: only B-X opens
 an entity), per sentence; the character-level macro F1 averages the B-/I-
@@ -22,7 +23,7 @@ import numpy as np
 from kjax.finetune.bio import OUTSIDE, tags_to_spans
 
 PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "regress": "pearson",
-           "ner": "entity_f1", "qa": "f1"}
+           "ner": "entity_f1", "qa": "f1", "choice": "accuracy"}
 
 
 def _f1(tp: float, fp: float, fn: float, empty: float = 0.0) -> float:
@@ -130,6 +131,8 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
         scores = entity_scores(gold, pred)
         scores["char_macro_f1"] = char_macro_f1(gold, pred, label_names)
         return scores
+    if task == "choice":
+        return {"accuracy": accuracy(gold, pred)}
     if task == "qa":
         from kjax.finetune.qa_metrics import qa_metrics
         return qa_metrics(gold, pred)
@@ -139,7 +142,7 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
 def baseline_predictions(task: str, train_gold: Sequence, eval_gold: Sequence) -> list:
     """The no-model baseline: the majority class of train, its mean score,
     all-O tags, or no answer (qa)."""
-    if task in ("classify", "pair"):
+    if task in ("classify", "pair", "choice"):
         majority = collections.Counter(train_gold).most_common(1)[0][0]
         return [majority] * len(eval_gold)
     if task == "regress":

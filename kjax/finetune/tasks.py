@@ -29,12 +29,15 @@ from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
 
-TASKS = ("classify", "pair", "regress", "ner", "qa")
+TASKS = ("classify", "pair", "regress", "ner", "qa", "choice")
 FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv",
            "squad")
-TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title")
-TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis")
-LABEL_KEYS = ("label", "gold_label", "labels", "score")
+TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title", "document")
+TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis", "question")
+LABEL_KEYS = ("label", "gold_label", "labels", "score", "answer")
+# choice: the alternatives (NIKL CoPA's columns "1", "2"); the label is the
+# right one's 1-based number (or its text)
+CHOICE_KEYS = ("1", "2", "3", "4", "5", "choice1", "choice2", "choice3", "choice4", "choice5")
 NLI_LABELS = ("entailment", "neutral", "contradiction")   # KLUE's order
 
 
@@ -48,6 +51,7 @@ class Example:
     where: str = ""                           # "file:line" for messages
     group: str = ""                           # qa: its article (splits keep articles whole)
     impossible: bool = False                  # qa: unanswerable (KLUE-MRC is_impossible)
+    choices: tuple = ()                       # choice: the alternatives
 
 
 def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
@@ -170,7 +174,26 @@ def _from_record(rec, task: str, where: str) -> Example:
         label = label.get("label", label.get("real-label"))
     if label is None:
         raise KjaxError(f"{where}: no label; give one of the keys {', '.join(LABEL_KEYS)}")
+    if task == "choice":
+        return _choice(rec, text_a, text_b, label, guid, where)
     return Example(guid, text_a, text_b, _label(label, task, where), None, where)
+
+
+def _choice(rec, text_a, text_b, label, guid, where) -> Example:
+    """Multiple choice (NIKL CoPA: sentence, question 원인/결과, 1, 2, Answer):
+    text_a the premise (its question appended), label the 0-based right choice."""
+    choices = tuple(str(rec[k]) for k in CHOICE_KEYS if k in rec)
+    if len(choices) < 2:
+        raise KjaxError(f"{where}: --task choice needs two or more alternatives (keys "
+                        f"{', '.join(CHOICE_KEYS[:2])}, ...)")
+    value = str(label).strip()
+    index = int(value) - 1 if value.isdigit() else (choices.index(value) if value in choices
+                                                    else -1)
+    if not 0 <= index < len(choices):
+        raise KjaxError(f"{where}: answer {label!r} is neither a choice number 1..{len(choices)} "
+                        f"nor one of the choices")
+    premise = f"{text_a} {text_b}" if text_b else text_a
+    return Example(guid, premise, None, index, None, where, choices=choices)
 
 
 def _label(value, task: str, where: str):
@@ -241,7 +264,7 @@ def _read_tsv(path: str, task: str) -> Iterator[Example]:
         rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
                 if line.strip()]
     columns = None
-    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label"):
+    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label", "answer"):
         columns = [c.strip().lower() for c in rows[0][1]]
         rows = rows[1:]
     for n, cells in rows:
@@ -293,7 +316,7 @@ def split_examples(examples: Sequence[Example], fractions: Sequence[float],
 
 def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
     """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
-    if task in ("regress", "qa"):
+    if task in ("regress", "qa", "choice"):
         return []
     if task == "ner":
         kinds = sorted({split_tag(t)[1] for part in splits for ex in part

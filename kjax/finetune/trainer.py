@@ -67,7 +67,9 @@ class FineTuner:
         self.task, self.shake_cfg = data.task, shake_cfg
         self.batch = ft.batch_size
         self.eval_batch = ft.eval_batch_size or ft.batch_size
-        self.steps_per_epoch = math.ceil(len(data.features["train"]) / self.batch)
+        # choice: rows of one example stay together; batches count examples
+        self.group = data.features["train"].group_size
+        self.steps_per_epoch = math.ceil(len(data.features["train"]) // self.group / self.batch)
         self.total_steps = ft.epochs * self.steps_per_epoch
         self.eval_every = ft.eval_every or self.steps_per_epoch
         opt = dict(learning_rate=ft.learning_rate, num_steps=self.total_steps,
@@ -148,6 +150,7 @@ class FineTuner:
     def train_step(self, bf: float):
         if bf not in self._train_steps:
             model, tx, task, mode = self.model(bf, False), self.tx, self.task, self.mode
+            group = self.group
 
             def step(state, batch):
                 rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
@@ -155,7 +158,7 @@ class FineTuner:
                 def loss_fn(params):
                     out = model.apply({"params": params}, **model_inputs(batch, mode),
                                       rngs={"dropout": rng})
-                    return task_loss(task, out, batch)
+                    return task_loss(task, out, batch, group)
 
                 loss, grads = jax.value_and_grad(loss_fn)(state["params"])
                 updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -170,11 +173,11 @@ class FineTuner:
 
     def eval_step(self, bf: float):
         if bf not in self._eval_steps:
-            model, task, mode = self.model(bf, True), self.task, self.mode
+            model, task, mode, group = self.model(bf, True), self.task, self.mode, self.group
 
             def step(params, batch):
                 out = model.apply({"params": params}, **model_inputs(batch, mode))
-                return task_predictions(task, out)
+                return task_predictions(task, out, group)
 
             self._eval_steps[bf] = jax.jit(
                 step, in_shardings=(self.shardings["params"], batch_sharding(self.mesh)),
@@ -188,10 +191,18 @@ class FineTuner:
         per = size // jax.process_count()
         return rows[jax.process_index() * per:(jax.process_index() + 1) * per]
 
+    def _rows(self, units: np.ndarray) -> np.ndarray:
+        """Examples → their rows (choice: `group` rows each; -1 stays padding)."""
+        if self.group == 1:
+            return units
+        rows = units[:, None] * self.group + np.arange(self.group)
+        return np.where(units[:, None] >= 0, rows, -1).ravel()
+
     def train_batch(self, seed: int, step: int, bf: float) -> dict:
         epoch, k = divmod(step - 1, self.steps_per_epoch)
-        order = np.random.default_rng([seed, epoch]).permutation(len(self.data.features["train"]))
-        rows = self._local(order[k * self.batch:(k + 1) * self.batch], self.batch)
+        order = np.random.default_rng([seed, epoch]).permutation(
+            len(self.data.features["train"]) // self.group)
+        rows = self._rows(self._local(order[k * self.batch:(k + 1) * self.batch], self.batch))
         shake = self.shake_cfg if bf != 0 else None
         return make_batch(self.data.features["train"], rows, shake, (seed, TRAIN_SALT, epoch))
 
@@ -199,9 +210,10 @@ class FineTuner:
         feats = self.data.features[split]
         shake = self.shake_cfg if bf != 0 else None
         step, out = self.eval_step(bf), []
-        for start in range(0, len(feats), self.eval_batch):
-            rows = np.arange(start, min(start + self.eval_batch, len(feats)))
-            batch = make_batch(feats, self._local(rows, self.eval_batch), shake,
+        units = len(feats) // self.group
+        for start in range(0, units, self.eval_batch):
+            rows = np.arange(start, min(start + self.eval_batch, units))
+            batch = make_batch(feats, self._rows(self._local(rows, self.eval_batch)), shake,
                                (self.shake_cfg.seed, EVAL_SALT))
             with self._context():
                 preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
@@ -215,6 +227,8 @@ class FineTuner:
     def _decode(self, feats: Features, i: int, pred):
         if self.task == "regress":
             return float(pred)
+        if self.task == "choice":
+            return int(pred)
         if self.task != "ner":
             return self.data.label_names[int(pred)]
         spans = feats.token_spans[i]
