@@ -155,8 +155,13 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
     """Fine-tunes and evaluates every (fine-tune bf, seed); `stop_at` checkpoints
     each run at that step and leaves it unfinished (run again to resume)."""
     tuner = make_tuner(config, ft, task, train, dev, test, init, sweep, fmt, tokenizer)
-    seeds = seeds or [ft.seed]
-    trains, infers = combinations(ft, sweep)
+    return run_all(tuner, out, seeds or [ft.seed], sweep, progress, stop_at)
+
+
+def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress: bool = True,
+            stop_at: int | None = None) -> dict:
+    """Every (fine-tune bf, seed) run of `tuner` under `out`, and their summary."""
+    trains, infers = combinations(tuner.ft, sweep)
     runs, unfinished = [], []
     for bf_train in trains:
         for seed in seeds:
@@ -170,7 +175,7 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
                 unfinished.append(run_dir)
     data = tuner.data
     summary = summarize(runs, tuner.metric)
-    summary.update(task=task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
+    summary.update(task=tuner.task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned)
