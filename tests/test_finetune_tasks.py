@@ -43,6 +43,40 @@ def test_choice_errors_are_one_line(tmp_path):
         read_examples(str(path), "choice", "jsonl")
 
 
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    from kjax.tokens.factory import load_tokenizer, train_tokenizer
+    tmp = tmp_path_factory.mktemp("tasks")
+    config = tiny_config(tmp)
+    train_tokenizer(config)
+    return tmp, config, load_tokenizer(config)
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                    encoding="utf-8")
+    return str(path)
+
+
+def test_sts_targets_are_scaled_and_a_constant_predictor_is_undefined(env, tmp_path):
+    from kjax.finetune.experiment import summarize
+    from kjax.finetune.metrics import task_metrics
+    tmp, config, tokenizer = env
+    rows = [{"text": f"국민 {i}", "text_b": "정부", "score": i % 6 * 1.0} for i in range(12)]
+    tuner = make_tuner(config, finetune_settings(["finetune.max_seq_len=16"]), "regress",
+                       write_jsonl(tmp_path / "sts.jsonl", rows),
+                       write_jsonl(tmp_path / "dev.jsonl", rows[:3]), init="none",
+                       tokenizer=tokenizer)
+    labels = tuner.data.features["train"].labels
+    assert tuner.target_scale == 5.0 and 0 <= labels.min() and labels.max() == 1.0
+    assert tuner._decode(tuner.data.features["dev"], 0, np.float32(0.5)) == 2.5
+    constant = task_metrics("regress", [0.0, 2.0, 5.0], [3.0, 3.0, 3.0])
+    assert constant["pearson"] is None and constant["spearman"] is None
+    run = {"bf_train": 0.0, "results": {"+0": {"dev": constant}},
+           "baseline": {"dev": constant}}
+    assert "| +0 | +0 | undefined | 1 |" in summarize([run], "pearson")["table"]
+
+
 KEYS = ["국민", "정부", "학교", "법"]
 
 
@@ -59,11 +93,9 @@ def choice_rows(n, seed):
 
 
 @pytest.mark.slow
-def test_the_multiple_choice_head_learns_its_fixture(tmp_path):
+def test_the_multiple_choice_head_learns_its_fixture(env, tmp_path):
     from kjax.finetune.run import run_one
-    from kjax.tokens.factory import load_tokenizer, train_tokenizer
-    config = tiny_config(tmp_path)
-    train_tokenizer(config)
+    _, config, tokenizer = env
     files = []
     for name, n, seed in (("train", 128, 0), ("dev", 32, 1)):
         path = tmp_path / f"{name}.jsonl"
@@ -74,8 +106,7 @@ def test_the_multiple_choice_head_learns_its_fixture(tmp_path):
                             "finetune.epochs=8", "finetune.learning_rate=5e-3",
                             "finetune.patience=0", "finetune.classifier_dropout=0.0",
                             "finetune.checkpoint_every=1000"])
-    tuner = make_tuner(config, ft, "choice", *files, init="none",
-                       tokenizer=load_tokenizer(config))
+    tuner = make_tuner(config, ft, "choice", *files, init="none", tokenizer=tokenizer)
     assert len(tuner.data.features["train"]) == 256 and tuner.steps_per_epoch == 8
     result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
     dev, baseline = result["results"]["+0"]["dev"], result["baseline"]["dev"]

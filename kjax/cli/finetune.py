@@ -117,7 +117,7 @@ def _progress(args, config) -> int:
     print(f"| pretraining step | bf fine-tune | bf inference | dev {result['metric']} | seeds |")
     print("|---|---|---|---|---|")
     for p in result["points"]:
-        value = "n/a" if p["mean"] is None else f"{p['mean']:.4f} ± {p['std']:.4f}"
+        value = "undefined" if p["mean"] is None else f"{p['mean']:.4f} ± {p['std']:.4f}"
         print(f"| {p['step']} | {p['bf_train']:+g} | {p['bf_infer']:+g} | {value} | {p['n']} |")
     print(f"progress curve: {result.get('png')} (data: progress.json)")
     return 0

@@ -141,10 +141,16 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     features = {k: encode(v) for k, v in splits.items()}
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)
+    scale = 1.0
+    if task == "regress":   # targets scaled to at most 1 (STS 0..5 → 0..1), predictions back
+        scale = float(np.abs(features["train"].labels).max()) or 1.0
+        for feats in features.values():
+            feats.labels = (feats.labels / scale).astype(np.float32)
     data = TaskData(task, names, splits, features)
     init = None if (init or "").lower() in NO_INIT else init
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
+    tuner.target_scale = scale
     return tuner
 
 
@@ -215,7 +221,7 @@ def summarize(runs: list[dict], metric: str) -> dict:
 
 def _fmt(stat: dict) -> str:
     if stat["mean"] is None:
-        return "n/a"
+        return "undefined"   # e.g. Pearson of a constant predictor (every seed)
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat["n"] > 1 else f"{stat['mean']:.4f}"
 
 
@@ -229,6 +235,6 @@ def table(rows: list[dict], baseline: dict, splits: list[str], metric: str) -> s
                      f" | {r['seeds']} |")
     if baseline:
         cells = [f"{baseline[s][metric]:.4f}" if baseline[s].get(metric) is not None
-                 else "n/a" for s in splits]
+                 else "undefined" for s in splits]
         lines.append("| baseline (no model) | | " + " | ".join(cells) + " | |")
     return "\n".join(lines)

@@ -85,6 +85,7 @@ class FineTuner:
         self._models, self._train_steps, self._eval_steps = {}, {}, {}
         self._pretrained = None
         self.pos_tokens_aligned = None   # set by make_tuner when POS comes from Kiwi
+        self.target_scale = 1.0          # regress: targets are label / scale (make_tuner)
         self.shardings = self._state_shardings()
 
     # --- models, state, compiled steps ------------------------------------------------
@@ -226,7 +227,7 @@ class FineTuner:
 
     def _decode(self, feats: Features, i: int, pred):
         if self.task == "regress":
-            return float(pred)
+            return float(pred) * self.target_scale
         if self.task == "choice":
             return int(pred)
         if self.task != "ner":
