@@ -111,3 +111,34 @@ def test_the_multiple_choice_head_learns_its_fixture(env, tmp_path):
     result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
     dev, baseline = result["results"]["+0"]["dev"], result["baseline"]["dev"]
     assert baseline["accuracy"] <= 0.65 and dev["accuracy"] >= 0.85, (dev, baseline)
+
+
+def test_wic_reads_target_spans_and_masks_the_target_word(env, tmp_path):
+    from kjax.finetune.features import make_batch
+    from kjax.finetune.heads import model_inputs
+    _, config, tokenizer = env
+    rows = read_examples(os.path.join(NIKL, "wic.tsv"), "wic")
+    assert [(r.label, r.target_spans) for r in rows] == [("True", ((0, 1), (2, 3))),
+                                                        ("False", ((0, 2), (3, 5)))]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(open(os.path.join(NIKL, "wic.tsv"), encoding="utf-8").read()
+                   .replace("\t3\t5\n", "\t3\t40\n"), encoding="utf-8")
+    with pytest.raises(KjaxError, match=r"bad.tsv:3: target span \[3, 40\) lies outside "
+                                        r"sentence 2"):
+        read_examples(str(bad), "wic")
+    wic = os.path.join(NIKL, "wic.tsv")
+    tuner = make_tuner(config, finetune_settings(["finetune.max_seq_len=24"]), "wic", wic, wic,
+                       init="none", tokenizer=tokenizer)
+    feats = tuner.data.features["train"]
+    for r, ex in enumerate(rows):                   # the masked tokens spell the target
+        for k, sentence in enumerate((ex.text_a, ex.text_b)):
+            ids = feats.input_ids[r][feats.target_mask[r, k]]
+            text = "".join(tokenizer.id_to_token(int(i)) for i in ids).replace("▁", "")
+            start, end = ex.target_spans[k]
+            assert sentence[start:end] in text and len(ids) >= 1
+    batch = make_batch(feats, np.arange(2))
+    params = tuner.init_state(0)["params"]
+    logits = tuner.model(0.0, True).apply({"params": params}, **model_inputs(batch, tuner.mode))
+    moved = dict(batch, target_mask=np.roll(batch["target_mask"], 1, axis=-1))
+    other = tuner.model(0.0, True).apply({"params": params}, **model_inputs(moved, tuner.mode))
+    assert logits.shape == (2, 2) and np.abs(np.asarray(logits) - np.asarray(other)).max() > 1e-4

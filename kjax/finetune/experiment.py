@@ -21,6 +21,7 @@ from kjax.finetune.choice import encode_choices
 from kjax.finetune.features import Encoder, apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.qa import QAEncoder
+from kjax.finetune.wic import add_target_masks
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
@@ -32,6 +33,7 @@ from kjax.tokens.factory import load_tokenizer
 # Each task's metrics (finetune.select_metric picks one; "" = metrics.PRIMARY).
 TASK_METRICS = {
     "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
+    "wic": ("accuracy", "macro_f1"),
     "regress": ("pearson", "spearman", "f1", "mse"),
     "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
     "qa": ("f1", "exact_match", "squad_f1"), "choice": ("accuracy",),
@@ -139,6 +141,9 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     else:
         encode = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi).encode
     features = {k: encode(v) for k, v in splits.items()}
+    if task == "wic":   # the target word's tokens in each sentence
+        for k, feats in features.items():
+            add_target_masks(tokenizer, splits[k], feats)
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)
     scale = 1.0

@@ -48,6 +48,7 @@ class Features:
     label_kind: str = "example"     # "example" | "tokens" (ner) | "span" (qa: [n, 2] start/end)
     example_index: np.ndarray | None = None   # qa: the question each row (window) belongs to
     group_size: int = 1             # choice: rows per example (one per alternative)
+    target_mask: np.ndarray | None = None   # wic: [n, 2, seq] the target word in a and in b
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -210,6 +211,8 @@ def make_batch(feats: Features, rows: Sequence[int], shake_cfg=None,
         if feats.position_ids is not None:
             batch["position_ids"] = feats.position_ids[rows]
     batch.update(labels=feats.labels[rows], weights=real.astype(np.float32))
+    if feats.target_mask is not None:    # wic: over the mode's positions (apply_input_mode)
+        batch["target_mask"] = feats.target_mask[rows]
     if shake_cfg is not None:
         batch["shake"] = shake_matrices(feats, rows, shake_cfg, seed_parts, real)
     return batch
@@ -224,6 +227,9 @@ def apply_input_mode(feats: Features, mode, config, seq_len: int) -> None:
                                                                config)
     feats.position_ids = feats.inputs.get("position_ids")
     feats.b_view = mode.finetune_b_view
+    if feats.target_mask is not None:               # wic: token masks → position masks
+        from kjax.finetune.wic import masks_to_positions
+        feats.target_mask = masks_to_positions(feats.target_mask, feats.token_position)
     if feats.label_kind == "span":                  # start/end token → its position
         feats.labels = np.take_along_axis(feats.token_position, feats.labels, axis=1)
     elif feats.label_kind == "tokens":              # token labels (NER)

@@ -8,6 +8,8 @@ one dense head.
     qa               h_t → dropout → dense(2): start and end logits per position
     choice           the classify head with one output per (premise, alternative)
                      row; softmax over an example's `group` rows
+    wic              dense([tanh(pooler(h_CLS)); mean h over the target word in a;
+                     the same in b]) (kjax/finetune/wic.py)
 
 SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
 and inference use two instances of the same module with different bf and
@@ -33,9 +35,10 @@ def model_inputs(batch: dict, mode=None) -> dict:
     """The model's keyword arguments from a fine-tuning batch: the input mode
     (kjax/inputs) says which (segment modes nest their token stream in
     `multihot`); without one, the token inputs the batch holds."""
+    task_inputs = {k: batch[k] for k in ("target_mask",) if k in batch}
     if mode is not None:
-        return mode.model_inputs(batch)
-    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch}
+        return {**mode.model_inputs(batch), **task_inputs}
+    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch} | task_inputs
 
 
 class TaskModel(nn.Module):
@@ -51,10 +54,15 @@ class TaskModel(nn.Module):
         self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
 
     def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
-                 multihot=None):
+                 multihot=None, target_mask=None):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
                                      shake=shake, multihot=multihot)
         x = hidden if self.task in ("ner", "qa") else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+        if target_mask is not None:   # wic: the target word's mean vector in each sentence
+            m = target_mask.astype(hidden.dtype)
+            words = jnp.einsum("bks,bsh->bkh", m, hidden) / \
+                jnp.maximum(m.sum(-1, keepdims=True), 1.0)
+            x = jnp.concatenate([x, words.reshape(x.shape[0], -1)], axis=-1)
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)
         return logits[..., 0] if self.task in ("regress", "choice") else logits

@@ -7,6 +7,7 @@ against hand-computed values.
     ner       entity_f1 (micro), entity_macro_f1, char_macro_f1  (KLUE-NER)
     qa        f1 (KorQuAD's character F1), exact_match, squad_f1   (kjax/finetune/qa_metrics.py)
     choice    accuracy                          (NIKL CoPA)
+    wic       accuracy, macro_f1                (NIKL WiC)
 
 NER follows KLUE's scoring: entities decoded strictly (IOB2: only B-X opens
 an entity), per sentence; the character-level macro F1 averages the B-/I-
@@ -22,7 +23,7 @@ import numpy as np
 
 from kjax.finetune.bio import OUTSIDE, tags_to_spans
 
-PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "regress": "pearson",
+PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "wic": "accuracy", "regress": "pearson",
            "ner": "entity_f1", "qa": "f1", "choice": "accuracy"}
 
 
@@ -120,7 +121,7 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
                  sts_threshold: float = 3.0) -> dict:
     """Every metric of `task`; `gold`/`pred` are class names, scores, or (ner)
     per-sentence character tag lists."""
-    if task in ("classify", "pair"):
+    if task in ("classify", "pair", "wic"):
         # Macro F1 over the classes in gold or pred, as KLUE (sklearn's default) scores it.
         return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(list(gold), list(pred))}
     if task == "regress":
@@ -142,7 +143,7 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
 def baseline_predictions(task: str, train_gold: Sequence, eval_gold: Sequence) -> list:
     """The no-model baseline: the majority class of train, its mean score,
     all-O tags, or no answer (qa)."""
-    if task in ("classify", "pair", "choice"):
+    if task in ("classify", "pair", "wic", "choice"):
         majority = collections.Counter(train_gold).most_common(1)[0][0]
         return [majority] * len(eval_gold)
     if task == "regress":

@@ -29,7 +29,7 @@ from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
 
-TASKS = ("classify", "pair", "regress", "ner", "qa", "choice")
+TASKS = ("classify", "pair", "regress", "ner", "qa", "choice", "wic")
 FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv",
            "squad")
 TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title", "document")
@@ -52,6 +52,7 @@ class Example:
     group: str = ""                           # qa: its article (splits keep articles whole)
     impossible: bool = False                  # qa: unanswerable (KLUE-MRC is_impossible)
     choices: tuple = ()                       # choice: the alternatives
+    target_spans: tuple = ()                  # wic: the target word's span in a and in b
 
 
 def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
@@ -176,6 +177,10 @@ def _from_record(rec, task: str, where: str) -> Example:
         raise KjaxError(f"{where}: no label; give one of the keys {', '.join(LABEL_KEYS)}")
     if task == "choice":
         return _choice(rec, text_a, text_b, label, guid, where)
+    if task == "wic" and isinstance(text_b, str):
+        from kjax.finetune.wic import target_spans
+        return Example(guid, text_a, text_b, _label(label, task, where), None, where,
+                       target_spans=target_spans(rec, text_a, text_b, where))
     return Example(guid, text_a, text_b, _label(label, task, where), None, where)
 
 
@@ -264,7 +269,8 @@ def _read_tsv(path: str, task: str) -> Iterator[Example]:
         rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
                 if line.strip()]
     columns = None
-    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label", "answer"):
+    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label", "answer",
+                                                   "end_s2"):   # NIKL WiC's last column
         columns = [c.strip().lower() for c in rows[0][1]]
         rows = rows[1:]
     for n, cells in rows:
@@ -287,8 +293,8 @@ def check_example(ex: Example, task: str) -> None:
     if task == "classify" and ex.text_b is not None:
         raise KjaxError(f"{ex.where}: a sentence pair, but --task classify takes one "
                         f"sentence; use --task pair")
-    if task == "pair" and ex.text_b is None:
-        raise KjaxError(f"{ex.where}: --task pair needs a second sentence "
+    if task in ("pair", "wic") and ex.text_b is None:
+        raise KjaxError(f"{ex.where}: --task {task} needs a second sentence "
                         f"({', '.join(TEXT_B_KEYS)})")
     if task == "ner":
         if len(ex.char_tags) != len(ex.text_a):
