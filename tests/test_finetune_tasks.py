@@ -142,3 +142,32 @@ def test_wic_reads_target_spans_and_masks_the_target_word(env, tmp_path):
     moved = dict(batch, target_mask=np.roll(batch["target_mask"], 1, axis=-1))
     other = tuner.model(0.0, True).apply({"params": params}, **model_inputs(moved, tuner.mode))
     assert logits.shape == (2, 2) and np.abs(np.asarray(logits) - np.asarray(other)).max() > 1e-4
+
+
+def wic_rows(n, seed):
+    """Same sense iff the word before the target is the same in both sentences."""
+    rng, rows = np.random.default_rng(seed), []
+    for _ in range(n):
+        target = str(rng.choice(["법률", "국민"]))
+        k1, k2 = rng.choice(["정부", "대통령"], 2)
+        s1, s2 = f"그리고 {k1} {target} 및 등", f"제 {k2} {target} 수 있다"
+        rows.append({"sentence1": s1, "sentence2": s2, "label": str(k1 == k2),
+                     "start_s1": s1.index(target), "end_s1": s1.index(target) + len(target),
+                     "start_s2": s2.index(target), "end_s2": s2.index(target) + len(target)})
+    return rows
+
+
+@pytest.mark.slow
+def test_the_wic_head_learns_its_fixture(env, tmp_path):
+    from kjax.finetune.run import run_one
+    _, config, tokenizer = env
+    ft = finetune_settings(["finetune.max_seq_len=24", "finetune.batch_size=16",
+                            "finetune.epochs=8", "finetune.learning_rate=5e-3",
+                            "finetune.patience=0", "finetune.classifier_dropout=0.0",
+                            "finetune.checkpoint_every=1000"])
+    tuner = make_tuner(config, ft, "wic", write_jsonl(tmp_path / "t.jsonl", wic_rows(128, 0)),
+                       write_jsonl(tmp_path / "d.jsonl", wic_rows(32, 1)), init="none",
+                       tokenizer=tokenizer)
+    result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
+    dev, baseline = result["results"]["+0"]["dev"], result["baseline"]["dev"]
+    assert baseline["accuracy"] <= 0.65 and dev["accuracy"] >= 0.85, (dev, baseline)
