@@ -93,7 +93,7 @@ def handle(args, config) -> int:
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
-                                              "sweep")}, ensure_ascii=False))
+                                              "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
     if summary["unfinished"]:
         print(f"stopped at step {args.stop_at}: {', '.join(summary['unfinished'])}; "

@@ -251,7 +251,8 @@ FINETUNE = {
     "batch_size": at_least(1, 32, "global batch (a multiple of the mesh's batch shards)"),
     "eval_batch_size": at_least(0, 0, "dev/test batch (0: batch_size)"),
     "epochs": at_least(1, 3, "passes over the training split"),
-    "learning_rate": positive(5e-5, "peak learning rate"),
+    "learning_rate": at_least(0, 0.0, "peak learning rate (0: by model.hidden_size: "
+                              "<=128 5e-4, <=512 1e-4, else 5e-5)"),
     "warmup_ratio": share(0.1, "share of all steps in linear warmup"),
     "weight_decay": at_least(0, 0.01, "AdamW decoupled weight decay"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),

@@ -189,7 +189,8 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
     summary.update(task=tuner.task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
-                   pos_tokens_aligned=tuner.pos_tokens_aligned)
+                   pos_tokens_aligned=tuner.pos_tokens_aligned,
+                   learning_rate=tuner.learning_rate)
     if jax.process_index() == 0:
         write_json(paths.join(out, "summary.json"), summary)
         paths.write_text(paths.join(out, "summary.md"), summary["table"] + "\n")

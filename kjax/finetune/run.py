@@ -122,8 +122,9 @@ def run_settings(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[f
     settings = {"task": tuner.task, "seed": seed, "bf_train": float(bf_train),
                 "bf_infer": [float(b) for b in bf_infers], "labels": tuner.data.label_names,
                 "train_examples": len(tuner.data.features["train"]),
-                **{k: ft[k] for k in ("epochs", "batch_size", "learning_rate", "warmup_ratio",
+                **{k: ft[k] for k in ("epochs", "batch_size", "warmup_ratio",
                                       "weight_decay", "max_seq_len", "eval_every")},
+                "learning_rate": tuner.learning_rate,
                 "shake": {k: ft.shake[k] for k in ("variant", "boost_prem", "p", "seed")}}
     return json.loads(json.dumps(settings))
 

@@ -38,6 +38,14 @@ from kjax.train.state import make_optimizer
 TRAIN_SALT, EVAL_SALT = 0, 1   # keep training and inference draws of B apart
 
 
+def learning_rate_for(hidden_size: int) -> float:
+    """finetune.learning_rate=0: a peak rate by model size. BERT's 2e-5–5e-5
+    suits base models; smaller encoders need more (the BERT miniatures' best
+    lie at 1e-4 and up), and the CPU demo (128 hidden, a few hundred
+    pretraining steps) stays at the majority class below ~5e-4 (docs/FINETUNE.md)."""
+    return 5e-4 if hidden_size <= 128 else 1e-4 if hidden_size <= 512 else 5e-5
+
+
 def bf_key(bf: float) -> str:
     return f"{float(bf):+g}"
 
@@ -72,7 +80,8 @@ class FineTuner:
         self.steps_per_epoch = math.ceil(len(data.features["train"]) // self.group / self.batch)
         self.total_steps = ft.epochs * self.steps_per_epoch
         self.eval_every = ft.eval_every or self.steps_per_epoch
-        opt = dict(learning_rate=ft.learning_rate, num_steps=self.total_steps,
+        self.learning_rate = ft.learning_rate or learning_rate_for(config.model.hidden_size)
+        opt = dict(learning_rate=self.learning_rate, num_steps=self.total_steps,
                    warmup_steps=int(round(ft.warmup_ratio * self.total_steps)),
                    weight_decay=ft.weight_decay, grad_clip_norm=ft.grad_clip_norm,
                    b1=ft.b1, b2=ft.b2, eps=ft.eps)
