@@ -171,3 +171,16 @@ def test_the_wic_head_learns_its_fixture(env, tmp_path):
     result = run_one(tuner, 0, 0.0, [0.0], str(tmp_path / "run"), progress=False)
     dev, baseline = result["results"]["+0"]["dev"], result["baseline"]["dev"]
     assert baseline["accuracy"] <= 0.65 and dev["accuracy"] >= 0.85, (dev, baseline)
+
+
+def test_a_model_that_cannot_beat_the_baseline_is_told_so():
+    from kjax.finetune.experiment import summarize, weak_model_note
+    run = {"bf_train": 0.0, "results": {"+0": {"dev": {"accuracy": 0.3217}}},
+           "baseline": {"dev": {"accuracy": 0.3217}}}
+    summary = {**summarize([run], "accuracy"), "learning_rate": 5e-5, "epochs": 3}
+    note = weak_model_note(summary)
+    assert note.startswith("note: dev accuracy 0.3217 does not beat the no-model baseline "
+                           "0.3217") and "learning rate 5e-05, 3 epochs" in note
+    run["results"]["+0"]["dev"]["accuracy"] = 0.45
+    assert weak_model_note({**summarize([run], "accuracy"), "learning_rate": 5e-4,
+                            "epochs": 3}) is None

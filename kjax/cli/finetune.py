@@ -95,6 +95,8 @@ def handle(args, config) -> int:
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
                                               "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
+    if summary["note"]:
+        print(summary["note"])
     if summary["unfinished"]:
         print(f"stopped at step {args.stop_at}: {', '.join(summary['unfinished'])}; "
               f"run the same command again to resume")

@@ -190,11 +190,27 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned,
-                   learning_rate=tuner.learning_rate)
+                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs)
+    summary["note"] = weak_model_note(summary)
     if jax.process_index() == 0:
         write_json(paths.join(out, "summary.json"), summary)
         paths.write_text(paths.join(out, "summary.md"), summary["table"] + "\n")
     return summary
+
+
+def weak_model_note(summary: dict) -> str | None:
+    """A line saying so when no combination beat the no-model baseline on dev
+    (the README's demo NLI at 5e-5 scored exactly the majority class)."""
+    metric, base = summary["metric"], summary["baseline"].get("dev", {}).get(summary["metric"])
+    scores = [r["dev"][metric]["mean"] for r in summary["rows"]
+              if r.get("dev", {}).get(metric, {}).get("mean") is not None]
+    if base is None or not scores or max(scores) > base + 0.01:
+        return None
+    return (f"note: dev {metric} {max(scores):.4f} does not beat the no-model baseline "
+            f"{base:.4f}: the encoder is too weak for this task (a tiny or briefly pretrained "
+            f"model), or it did not train (learning rate {summary.get('learning_rate'):g}, "
+            f"{summary.get('epochs')} epochs); pretrain longer, or raise "
+            f"--config.finetune.learning_rate / epochs")
 
 
 def mean_std(values: list[float | None]) -> dict:
