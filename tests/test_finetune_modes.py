@@ -28,6 +28,10 @@ NER_ROWS = [{"text": "철수가 서울에서 밥을 먹었다", "entities": [[0,
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory):
+    return train_tokenizers(tmp_path_factory)
+
+
+def train_tokenizers(tmp_path_factory):
     """A morph-sp and a multi-hot vocabulary trained on the demo corpus."""
     from kjax.tokens.factory import open_tokenizer, train_tokenizer
     out = {}

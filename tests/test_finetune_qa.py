@@ -14,10 +14,15 @@ from kjax.finetune.experiment import finetune_settings, make_tuner
 from kjax.finetune.qa import decode_answers, gold_answers, read_squad
 from kjax.finetune.qa_metrics import char_f1, exact_match, normalize, qa_metrics, token_f1
 from kjax.finetune.tasks import split_examples
-from test_finetune_modes import mode_config, tokenizers  # noqa: F401 (a fixture)
+from test_finetune_modes import mode_config, train_tokenizers
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "qa")
 NAMES = ["철수", "영희", "민수", "지영"]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory):
+    return train_tokenizers(tmp_path_factory)
 FILLER = ["그리고", "법", "제", "조", "항", "및", "등", "수", "있다", "국민", "정부", "학교"]
 
 
