@@ -93,6 +93,18 @@ def test_ner_labels_follow_the_modes_positions_and_come_back(tokenizers, tmp_pat
     logits = np.asarray(tuner.model(0.0, True).apply({"params": params},
                                                      **model_inputs(batch, tuner.mode)))
     assert logits.shape == (4, 32, len(names)) and np.isfinite(logits).all()
+    shaken = make_batch(feats, np.arange(4), tuner.shake_cfg, (0, 0))   # POS B, bf ≠ 0
+    b = np.asarray(shaken["shake"], np.float32)
+    # merged (SHAKE 6) holds each postposition with its substantive in one
+    # position, so the pairs B would boost lie inside positions: B is empty
+    assert b.any() != (mode == "merged"), mode
+    for row in range(4):                             # B lies over the mode's positions
+        live = np.flatnonzero(b[row].any(axis=1) | b[row].any(axis=0))
+        assert not len(live) or live.max() < n_positions[row], (mode, live, n_positions[row])
+    if b.any():   # a large bf: at random init the scores are tiny, and so is |score ⊙ B| · bf
+        out = tuner.model(50.0, True).apply({"params": params},
+                                            **model_inputs(shaken, tuner.mode))
+        assert np.abs(np.asarray(out) - logits).max() > 1e-5      # B reaches the model
 
 
 def ner_rows(n, seed):
