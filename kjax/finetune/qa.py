@@ -170,7 +170,7 @@ class QAEncoder:
                          [], [row["spans"] for row in rows])
         feats.label_kind = "span"
         feats.example_index = np.asarray([row["index"] for row in rows], np.int64)
-        feats.truncated = n - n_examples          # extra windows (a context longer than one)
+        feats.truncated = n - n_examples          # qa: windows beyond one per question
         return feats
 
 

@@ -171,7 +171,8 @@ def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress
             "bf_infer": [float(b) for b in bf_infers], "select_metric": tuner.metric,
             "stopped_early": progress_state["stopped"], "results": results,
             "baseline": {s: tuner.baseline(s) for s in splits},
-            "examples": {s: len(f) for s, f in tuner.data.features.items()},
+            "examples": {s: len(e) for s, e in tuner.data.examples.items()},
+            "rows": {s: len(f) for s, f in tuner.data.features.items()},   # qa: windows
             "truncated": {s: f.truncated for s, f in tuner.data.features.items()}}
 
 
