@@ -72,6 +72,11 @@ def test_sts_targets_are_scaled_and_a_constant_predictor_is_undefined(env, tmp_p
     assert tuner._decode(tuner.data.features["dev"], 0, np.float32(0.5)) == 2.5
     constant = task_metrics("regress", [0.0, 2.0, 5.0], [3.0, 3.0, 3.0])
     assert constant["pearson"] is None and constant["spearman"] is None
+    # the training-mean baseline: a mean whose x - mean(x) is rounding noise, not 0
+    mean = float(np.mean([3.2, 1.1, 0.7]))
+    noisy = np.full(104, mean)
+    assert (noisy - noisy.mean()).any()
+    assert task_metrics("regress", np.linspace(0, 5, 104), noisy)["pearson"] is None
     run = {"bf_train": 0.0, "results": {"+0": {"dev": constant}},
            "baseline": {"dev": constant}}
     assert "| +0 | +0 | undefined | 1 |" in summarize([run], "pearson")["table"]

@@ -53,6 +53,8 @@ def macro_f1(gold: Sequence, pred: Sequence, labels: Sequence | None = None) -> 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     """None when either side is constant (the correlation is undefined)."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 2 or x.min() == x.max() or y.min() == y.max():
+        return None   # exactly: x - mean(x) of a constant is rounding noise, not 0
     dx, dy = x - x.mean(), y - y.mean()
     denominator = math.sqrt(float((dx * dx).sum() * (dy * dy).sum()))
     return float((dx * dy).sum() / denominator) if denominator > 0 else None
