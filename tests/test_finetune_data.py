@@ -105,7 +105,7 @@ def test_bad_inputs_name_file_line_and_the_fix(tmp_path):
             {"guid": "g1", "premise": "a", "hypotesis": "b", "gold_label": "neutral"}]
     bad_key = write(tmp_path / "nli.json", json.dumps(klue, indent=4))
     one_line_error(r"nli\.json:8 \(guid g1\): --task pair needs a second sentence "
-                   r"\(text_b, sentence2, hypothesis\)", read_examples, bad_key, "pair")
+                   r"\(text_b, sentence2, hypothesis, question\)", read_examples, bad_key, "pair")
     no_text = write(tmp_path / "c.jsonl",
                     '{"text": "a", "label": "x"}\n{"txt": "b", "label": "y"}\n')
     one_line_error(r"c\.jsonl:2: no text; give one of the keys text, sentence", read_examples,

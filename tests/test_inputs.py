@@ -105,14 +105,18 @@ def test_shared_position_fine_tuning_uses_the_shared_positions(morph_sp, tmp_pat
     assert result["steps"] == 1 and "dev" in result["results"]["+0"]
 
 
-@pytest.mark.parametrize("name", ["multihot", "merged"])
-def test_fine_tuning_refuses_what_it_cannot_run_in_one_line(morph_sp, tmp_path, name):
+def test_fine_tuning_refuses_a_mode_that_says_so_in_one_line(morph_sp, tmp_path, monkeypatch):
+    """Every registered mode fine-tunes (issue 14: tests/test_finetune_modes.py);
+    a new mode that sets finetune_supported = False is refused before any data is read."""
     from kjax.finetune.experiment import finetune_settings, make_tuner
+    from kjax.inputs import onehot
     tmp, _ = morph_sp
-    config = mode_config(tmp, name, **({"tokenizer.scheme": "multihot"}
-                                       if name == "multihot" else {}))
-    with pytest.raises(KjaxError, match=rf"model.input_mode='{name}': `kjax finetune` cannot "
-                                        rf"run this input mode yet") as error:
+    refused = type("Refused", (type(onehot.MODE),), {"finetune_supported": False})()
+    monkeypatch.setattr(refused, "name", "onehot")
+    monkeypatch.setitem(MODES, "onehot", refused)
+    config = mode_config(tmp, "onehot")
+    with pytest.raises(KjaxError, match=r"model.input_mode='onehot': `kjax finetune` cannot "
+                                        r"run this input mode yet") as error:
         make_tuner(config, finetune_settings(), "pair", str(tmp_path / "not-read.jsonl"))
     assert "\n" not in str(error.value)
 

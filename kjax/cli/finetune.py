@@ -5,6 +5,9 @@
     kjax finetune --task ner --train klue-ner-v1.1_dev.tsv --init runs/demo \\
         --config tpu_configs/demo.py --out runs/ft/ner --seeds 1,2,3 --sweep \\
         --config.finetune.epochs=2 --config.finetune.shake.variant=random
+    kjax finetune --task qa --train KorQuAD_v1.0_train.json --dev KorQuAD_v1.0_dev.json ...
+    kjax finetune --task qa ... --init runs/demo --every-checkpoint --seeds 1,2,3 \\
+        --out runs/ft/progress --compare runs/ft/progress_other   # score vs pretraining step
 
 --config gives the model, tokenizer and mesh (the pretraining config: the
 run's recorded WORKDIR/kjax_config.py when left out) and the fine-tuning
@@ -43,7 +46,8 @@ def parse_seeds(text: str) -> list[int]:
 def register(verbs, add_config) -> None:
     p = verbs.add_parser(
         "finetune", help="fine-tune a pretrained encoder on a classification, pair, "
-        "regression or NER task (KLUE formats); SHAKE combinations, seeds",
+        "regression, NER, extractive QA or multiple-choice task (KLUE, KorQuAD, NIKL, NSMC "
+        "formats); SHAKE combinations, seeds, progress over pretraining steps",
         description=__doc__, epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_config(p, required=False)
@@ -67,19 +71,32 @@ def register(verbs, add_config) -> None:
     p.add_argument("--sweep", action="store_true", help="fine-tune bf in "
                    "finetune.shake.sweep_train × inference bf in sweep_infer (the four SHAKE "
                    "combinations by default)")
+    p.add_argument("--every-checkpoint", action="store_true",
+                   help="fine-tune every saved step of the --init run (with --seeds) and plot "
+                   "the dev score vs pretraining step: OUT/progress.json, progress.png")
+    p.add_argument("--compare", default="", metavar="DIR,DIR",
+                   help="with --every-checkpoint: earlier progress runs (their --out) drawn "
+                   "in the same progress.png")
     p.set_defaults(handler=handle)
 
 
 def handle(args, config) -> int:
     from kjax.parallel.mesh import maybe_initialize_distributed
     maybe_initialize_distributed()
+    if args.every_checkpoint:
+        return _progress(args, config)
+    if args.compare:
+        from kjax.errors import KjaxError
+        raise KjaxError("--compare draws progress curves; use it with --every-checkpoint")
     from kjax.finetune.experiment import run_experiment
     summary = run_experiment(config, config.finetune, args.task, args.train, args.dev, args.test,
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
-                                              "sweep")}, ensure_ascii=False))
+                                              "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
+    if summary["note"]:
+        print(summary["note"])
     if summary["unfinished"]:
         print(f"stopped at step {args.stop_at}: {', '.join(summary['unfinished'])}; "
               f"run the same command again to resume")
@@ -88,3 +105,21 @@ def handle(args, config) -> int:
           f"learning_curve.png)")
     return 0
 
+
+
+def _progress(args, config) -> int:
+    from kjax.finetune.progress import run_progress
+    if args.stop_at is not None:
+        from kjax.errors import KjaxError
+        raise KjaxError("--stop-at and --every-checkpoint do not combine; rerun the same "
+                        "command to resume an interrupted progress run instead")
+    compare = [c for c in args.compare.split(",") if c.strip()]
+    result = run_progress(config, config.finetune, args.task, args.train, args.dev, args.test,
+                          args.init, args.out, args.seeds, args.sweep, args.format, compare)
+    print(f"| pretraining step | bf fine-tune | bf inference | dev {result['metric']} | seeds |")
+    print("|---|---|---|---|---|")
+    for p in result["points"]:
+        value = "undefined" if p["mean"] is None else f"{p['mean']:.4f} ± {p['std']:.4f}"
+        print(f"| {p['step']} | {p['bf_train']:+g} | {p['bf_infer']:+g} | {value} | {p['n']} |")
+    print(f"progress curve: {result.get('png')} (data: progress.json)")
+    return 0

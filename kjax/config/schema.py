@@ -272,7 +272,8 @@ FINETUNE = {
     "batch_size": at_least(1, 32, "global batch (a multiple of the mesh's batch shards)"),
     "eval_batch_size": at_least(0, 0, "dev/test batch (0: batch_size)"),
     "epochs": at_least(1, 3, "passes over the training split"),
-    "learning_rate": positive(5e-5, "peak learning rate"),
+    "learning_rate": at_least(0, 0.0, "peak learning rate (0: by model.hidden_size: "
+                              "<=128 5e-4, <=512 1e-4, else 5e-5)"),
     "warmup_ratio": share(0.1, "share of all steps in linear warmup"),
     "weight_decay": at_least(0, 0.01, "AdamW decoupled weight decay"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
@@ -292,6 +293,10 @@ FINETUNE = {
     "keep_checkpoints": at_least(1, 1, "checkpoints kept"),
     "log_every": at_least(1, 10, "steps between logged losses"),
     "sts_threshold": Key(3.0, "regress: threshold of the binary F1 (KLUE-STS)"),
+    "doc_stride": at_least(1, 128, "qa: tokens between the starts of a context's windows"),
+    "max_query_len": at_least(1, 64, "qa: question tokens kept (the rest is cut)"),
+    "max_answer_len": at_least(1, 30, "qa: longest answer span, in model positions"),
+    "n_best": at_least(1, 20, "qa: start and end candidates per window when decoding"),
     "shake": FINETUNE_SHAKE,
 }
 

@@ -17,8 +17,11 @@ import numpy as np
 from kjax import paths
 from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
-from kjax.finetune.features import Encoder
+from kjax.finetune.choice import encode_choices
+from kjax.finetune.features import Encoder, apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
+from kjax.finetune.qa import QAEncoder
+from kjax.finetune.wic import add_target_masks
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
@@ -30,8 +33,10 @@ from kjax.tokens.factory import load_tokenizer
 # Each task's metrics (finetune.select_metric picks one; "" = metrics.PRIMARY).
 TASK_METRICS = {
     "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
+    "wic": ("accuracy", "macro_f1"),
     "regress": ("pearson", "spearman", "f1", "mse"),
     "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
+    "qa": ("f1", "exact_match", "squad_f1"), "choice": ("accuracy",),
 }
 
 
@@ -128,15 +133,29 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     # Plain sentencepiece knows no POS: line its tokens up with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") == "sentencepiece")
-    encoder = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi)
-    features = {k: encoder.encode(v) for k, v in splits.items()}
-    for feats in features.values():   # e.g. shared_position: a postposition's shared ids
-        feats.position_ids = mode.finetune_position_ids(feats.units, feats.lengths,
-                                                        ft.max_seq_len, config)
+    if task == "qa":
+        encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
+    elif task == "choice":
+        pairs = Encoder(tokenizer, "pair", ["0", "1"], ft.max_seq_len, pos_from_kiwi)
+        encode = lambda examples: encode_choices(pairs, examples)  # noqa: E731
+    else:
+        encode = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi).encode
+    features = {k: encode(v) for k, v in splits.items()}
+    if task == "wic":   # the target word's tokens in each sentence
+        for k, feats in features.items():
+            add_target_masks(tokenizer, splits[k], feats)
+    for feats in features.values():   # the mode's positions; labels follow them
+        apply_input_mode(feats, mode, config, ft.max_seq_len)
+    scale = 1.0
+    if task == "regress":   # targets scaled to at most 1 (STS 0..5 → 0..1), predictions back
+        scale = float(np.abs(features["train"].labels).max()) or 1.0
+        for feats in features.values():
+            feats.labels = (feats.labels / scale).astype(np.float32)
     data = TaskData(task, names, splits, features)
     init = None if (init or "").lower() in NO_INIT else init
-    tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft))
+    tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
+    tuner.target_scale = scale
     return tuner
 
 
@@ -147,8 +166,13 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
     """Fine-tunes and evaluates every (fine-tune bf, seed); `stop_at` checkpoints
     each run at that step and leaves it unfinished (run again to resume)."""
     tuner = make_tuner(config, ft, task, train, dev, test, init, sweep, fmt, tokenizer)
-    seeds = seeds or [ft.seed]
-    trains, infers = combinations(ft, sweep)
+    return run_all(tuner, out, seeds or [ft.seed], sweep, progress, stop_at)
+
+
+def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress: bool = True,
+            stop_at: int | None = None) -> dict:
+    """Every (fine-tune bf, seed) run of `tuner` under `out`, and their summary."""
+    trains, infers = combinations(tuner.ft, sweep)
     runs, unfinished = [], []
     for bf_train in trains:
         for seed in seeds:
@@ -162,14 +186,31 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
                 unfinished.append(run_dir)
     data = tuner.data
     summary = summarize(runs, tuner.metric)
-    summary.update(task=task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
+    summary.update(task=tuner.task, init=tuner.init or "random", seeds=seeds, sweep=sweep,
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
-                   pos_tokens_aligned=tuner.pos_tokens_aligned)
+                   pos_tokens_aligned=tuner.pos_tokens_aligned,
+                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs)
+    summary["note"] = weak_model_note(summary)
     if jax.process_index() == 0:
         write_json(paths.join(out, "summary.json"), summary)
         paths.write_text(paths.join(out, "summary.md"), summary["table"] + "\n")
     return summary
+
+
+def weak_model_note(summary: dict) -> str | None:
+    """A line saying so when no combination beat the no-model baseline on dev
+    (the README's demo NLI at 5e-5 scored exactly the majority class)."""
+    metric, base = summary["metric"], summary["baseline"].get("dev", {}).get(summary["metric"])
+    scores = [r["dev"][metric]["mean"] for r in summary["rows"]
+              if r.get("dev", {}).get(metric, {}).get("mean") is not None]
+    if base is None or not scores or max(scores) > base + 0.01:
+        return None
+    return (f"note: dev {metric} {max(scores):.4f} does not beat the no-model baseline "
+            f"{base:.4f}: the encoder is too weak for this task (a tiny or briefly pretrained "
+            f"model), or it did not train (learning rate {summary.get('learning_rate'):g}, "
+            f"{summary.get('epochs')} epochs); pretrain longer, or raise "
+            f"--config.finetune.learning_rate / epochs")
 
 
 def mean_std(values: list[float | None]) -> dict:
@@ -202,7 +243,7 @@ def summarize(runs: list[dict], metric: str) -> dict:
 
 def _fmt(stat: dict) -> str:
     if stat["mean"] is None:
-        return "n/a"
+        return "undefined"   # e.g. Pearson of a constant predictor (every seed)
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat["n"] > 1 else f"{stat['mean']:.4f}"
 
 
@@ -216,6 +257,6 @@ def table(rows: list[dict], baseline: dict, splits: list[str], metric: str) -> s
                      f" | {r['seeds']} |")
     if baseline:
         cells = [f"{baseline[s][metric]:.4f}" if baseline[s].get(metric) is not None
-                 else "n/a" for s in splits]
+                 else "undefined" for s in splits]
         lines.append("| baseline (no model) | | " + " | ".join(cells) + " | |")
     return "\n".join(lines)

@@ -24,7 +24,8 @@ from kjax.finetune.tasks import Example
 from kjax.text.normalize import normalize
 from kjax.tokens.sentencepiece import CLS, SEP
 
-UNIT_KEYS = ("word_ids", "morph_ids", "tags")
+UNIT_KEYS = ("word_ids", "morph_ids", "tags", "inpos")
+UNIT_PAD = {"word_ids": -1, "morph_ids": -1, "tags": 0, "inpos": 0}
 SHAKE_BUILDER = None   # tests may install a stand-in; None = kjax.shake.matrix's
 
 
@@ -41,6 +42,13 @@ class Features:
     truncated: int = 0              # examples that lost tokens to max_seq_len
     aligned_tokens: float = 0.0     # POS from Kiwi: share of tokens lined up with a morpheme
     position_ids: np.ndarray | None = None   # [n, seq] when the input mode sets them
+    inputs: dict | None = None      # the input mode's model arrays per row (finetune_inputs)
+    token_position: np.ndarray | None = None   # [n, seq] the position each token feeds, -1
+    b_view: object = None           # the input mode's finetune_b_view (B over its positions)
+    label_kind: str = "example"     # "example" | "tokens" (ner) | "span" (qa: [n, 2] start/end)
+    example_index: np.ndarray | None = None   # qa: the question each row (window) belongs to
+    group_size: int = 1             # choice: rows per example (one per alternative)
+    target_mask: np.ndarray | None = None   # wic: [n, 2, seq] the target word in a and in b
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -48,9 +56,11 @@ class Features:
 
 def _units(encoded: dict, offset: dict) -> dict[str, np.ndarray]:
     out = {}
-    for key, src in (("word_ids", "eojeol"), ("morph_ids", "morph"), ("tags", "tag")):
-        a = np.asarray(encoded[src], np.int32)
-        out[key] = a if key == "tags" else np.where(a >= 0, a + offset.get(key, 0), -1)
+    for key, src in (("word_ids", "eojeol"), ("morph_ids", "morph"), ("tags", "tag"),
+                     ("inpos", "inpos")):
+        a = np.asarray(encoded.get(src, np.zeros(len(encoded["ids"]))), np.int32)
+        out[key] = a if key in ("tags", "inpos") else \
+            np.where(a >= 0, a + offset.get(key, 0), -1)
     return out
 
 
@@ -93,7 +103,7 @@ class Encoder:
         n, s = len(examples), self.seq
         arrays = {k: np.zeros((n, s), np.int32) for k in ("input_ids", "token_type_ids",
                                                            "attention_mask")}
-        units = {k: np.full((n, s), -1 if k != "tags" else 0, np.int32) for k in UNIT_KEYS}
+        units = {k: np.full((n, s), UNIT_PAD[k], np.int32) for k in UNIT_KEYS}
         labels = (np.full((n, s), -1, np.int32) if self.task == "ner" else
                   np.zeros(n, np.float32 if self.task == "regress" else np.int32))
         lengths, texts, all_spans, truncated = np.zeros(n, np.int32), [], [], 0
@@ -114,15 +124,14 @@ class Encoder:
             ua = {k: v[:keep_a] for k, v in _units(a, {}).items()}
             ids = [CLS, *a["ids"][:keep_a], SEP]
             types = [0] * len(ids)
-            unit_rows = {k: [-1, *ua[k], -1] if k != "tags" else [0, *ua[k], 0]
-                         for k in UNIT_KEYS}
+            unit_rows = {k: [UNIT_PAD[k], *ua[k], UNIT_PAD[k]] for k in UNIT_KEYS}
             if b is not None:
                 shift = {k: int(ua[k].max(initial=-1)) + 1 for k in ("word_ids", "morph_ids")}
                 ub = {k: v[:keep_b] for k, v in _units(b, shift).items()}
                 ids += [*b["ids"][:keep_b], SEP]
                 types += [1] * (keep_b + 1)
                 for k in UNIT_KEYS:
-                    unit_rows[k] += [*ub[k], -1 if k != "tags" else 0]
+                    unit_rows[k] += [*ub[k], UNIT_PAD[k]]
             length = len(ids)
             lengths[row] = length
             arrays["input_ids"][row, :length] = ids
@@ -143,7 +152,8 @@ class Encoder:
         aligned = self.aligned[0] / max(self.aligned[1], 1) if self.analyzer else 0.0
         return Features(arrays["input_ids"], arrays["token_type_ids"],
                         arrays["attention_mask"], units, labels, lengths, texts, all_spans,
-                        truncated, aligned)
+                        truncated, aligned,
+                        label_kind="tokens" if self.task == "ner" else "example")
 
     def _label(self, name: str, ex: Example) -> int:
         if name not in self.label_index:
@@ -176,7 +186,10 @@ def shake_matrices(feats: Features, rows: np.ndarray, shake_cfg, seed_parts: Seq
             continue
         n = int(feats.lengths[row])
         encoded = {"input_ids": feats.input_ids[row, :n],
+                   "token_type_ids": feats.token_type_ids[row, :n],
                    **{k: feats.units[k][row, :n] for k in UNIT_KEYS}}
+        if feats.b_view is not None:   # B over the input mode's positions
+            encoded = feats.b_view(encoded)
         rng = np.random.default_rng([*seed_parts, int(row)])
         b = build(encoded, seq, shake_cfg, rng=rng)
         if out is None:   # the builder's dtype (float8 e4m3 in kjax.shake: one byte per pair)
@@ -192,11 +205,58 @@ def make_batch(feats: Features, rows: Sequence[int], shake_cfg=None,
     rows = np.asarray(rows, np.int64)
     real = rows >= 0
     rows = np.where(real, rows, 0)
-    batch = {"input_ids": feats.input_ids[rows], "token_type_ids": feats.token_type_ids[rows],
-             "attention_mask": feats.attention_mask[rows], "labels": feats.labels[rows],
-             "weights": real.astype(np.float32)}
-    if feats.position_ids is not None:   # the input mode's (shared_position: SHAKE variant 5)
-        batch["position_ids"] = feats.position_ids[rows]
+    if feats.inputs is not None:         # the input mode's arrays (kjax/inputs finetune_inputs)
+        batch = {k: v[rows] for k, v in feats.inputs.items()}
+    else:
+        batch = {"input_ids": feats.input_ids[rows],
+                 "token_type_ids": feats.token_type_ids[rows],
+                 "attention_mask": feats.attention_mask[rows]}
+        if feats.position_ids is not None:
+            batch["position_ids"] = feats.position_ids[rows]
+    batch.update(labels=feats.labels[rows], weights=real.astype(np.float32))
+    if feats.target_mask is not None:    # wic: over the mode's positions (apply_input_mode)
+        batch["target_mask"] = feats.target_mask[rows]
     if shake_cfg is not None:
         batch["shake"] = shake_matrices(feats, rows, shake_cfg, seed_parts, real)
     return batch
+
+
+def apply_input_mode(feats: Features, mode, config, seq_len: int) -> None:
+    """The input mode's model arrays for `feats`, and its token labels moved
+    to the mode's positions (a position takes the label of its first token)."""
+    rows = {"input_ids": feats.input_ids, "token_type_ids": feats.token_type_ids,
+            "attention_mask": feats.attention_mask, **feats.units}
+    feats.inputs, feats.token_position = mode.finetune_inputs(rows, feats.lengths, seq_len,
+                                                               config)
+    feats.position_ids = feats.inputs.get("position_ids")
+    feats.b_view = mode.finetune_b_view
+    if feats.target_mask is not None:               # wic: token masks → position masks
+        from kjax.finetune.wic import masks_to_positions
+        feats.target_mask = masks_to_positions(feats.target_mask, feats.token_position)
+    if feats.label_kind == "span":                  # start/end token → its position
+        feats.labels = np.take_along_axis(feats.token_position, feats.labels, axis=1)
+    elif feats.label_kind == "tokens":              # token labels (NER)
+        first = first_tokens(feats.token_position)
+        feats.labels = np.where(first >= 0, np.take_along_axis(
+            feats.labels, np.maximum(first, 0), axis=1), -1).astype(np.int32)
+
+
+def first_tokens(token_position: np.ndarray) -> np.ndarray:
+    """[n, seq]: the first token of each position, -1 where no token feeds it."""
+    n, s = token_position.shape
+    first = np.full((n, s), -1, np.int64)
+    for r in range(n):
+        pos = token_position[r]
+        tok = np.flatnonzero(pos >= 0)[::-1]         # reversed: the first write wins last
+        first[r, pos[tok]] = tok
+    return first
+
+
+def last_tokens(token_position: np.ndarray) -> np.ndarray:
+    """[n, seq]: the last token of each position, -1 where no token feeds it."""
+    n, s = token_position.shape
+    last = np.full((n, s), -1, np.int64)
+    for r in range(n):
+        tok = np.flatnonzero(token_position[r] >= 0)
+        last[r, token_position[r, tok]] = tok
+    return last

@@ -4,7 +4,12 @@ one dense head.
 
     classify, pair   tanh(pooler(h_[CLS])) → dropout → dense(num_labels)
     regress          the same with one output (the score)
-    ner              h_t → dropout → dense(num_labels) for every token
+    ner              h_t → dropout → dense(num_labels) for every position
+    qa               h_t → dropout → dense(2): start and end logits per position
+    choice           the classify head with one output per (premise, alternative)
+                     row; softmax over an example's `group` rows
+    wic              dense([tanh(pooler(h_CLS)); mean h over the target word in a;
+                     the same in b]) (kjax/finetune/wic.py)
 
 SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
 and inference use two instances of the same module with different bf and
@@ -26,8 +31,14 @@ MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 OPTIONAL_INPUTS = ("position_ids", "shake")   # the input mode's position ids; SHAKE's B
 
 
-def model_inputs(batch: dict) -> dict:
-    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch}
+def model_inputs(batch: dict, mode=None) -> dict:
+    """The model's keyword arguments from a fine-tuning batch: the input mode
+    (kjax/inputs) says which (segment modes nest their token stream in
+    `multihot`); without one, the token inputs the batch holds."""
+    task_inputs = {k: batch[k] for k in ("target_mask",) if k in batch}
+    if mode is not None:
+        return {**mode.model_inputs(batch), **task_inputs}
+    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_INPUTS if k in batch} | task_inputs
 
 
 class TaskModel(nn.Module):
@@ -42,13 +53,19 @@ class TaskModel(nn.Module):
         self.dropout = nn.Dropout(self.classifier_dropout)
         self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None):
+    def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
+                 multihot=None, target_mask=None):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
-                                     shake=shake)
-        x = hidden if self.task == "ner" else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+                                     shake=shake, multihot=multihot)
+        x = hidden if self.task in ("ner", "qa") else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+        if target_mask is not None:   # wic: the target word's mean vector in each sentence
+            m = target_mask.astype(hidden.dtype)
+            words = jnp.einsum("bks,bsh->bkh", m, hidden) / \
+                jnp.maximum(m.sum(-1, keepdims=True), 1.0)
+            x = jnp.concatenate([x, words.reshape(x.shape[0], -1)], axis=-1)
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)
-        return logits[..., 0] if self.task == "regress" else logits
+        return logits[..., 0] if self.task in ("regress", "choice") else logits
 
 
 def make_task_model(config, task: str, num_labels: int, bf: float, deterministic: bool,
@@ -56,17 +73,27 @@ def make_task_model(config, task: str, num_labels: int, bf: float, deterministic
     """`config` is the kjax ConfigDict; bf applies equally in every layer."""
     enc = EncoderConfig.from_config(config.model)
     enc = dataclasses.replace(enc, shake_factor=(float(bf),) * enc.num_layers)
-    outputs = 1 if task == "regress" else num_labels
+    outputs = {"regress": 1, "qa": 2, "choice": 1}.get(task, num_labels)
     return TaskModel(enc, task, outputs, classifier_dropout, deterministic)
 
 
-def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
+def task_loss(task: str, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
     """Mean loss over real examples (weights) and, for NER, labelled tokens."""
     w = batch["weights"]
+    if task == "choice":   # rows of one example side by side: softmax over them
+        ce = optax.softmax_cross_entropy_with_integer_labels(
+            outputs.reshape(-1, group), batch["labels"].reshape(-1, group)[:, 0])
+        w = w.reshape(-1, group)[:, 0]
+        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
     if task == "regress":
         per_example = (outputs - batch["labels"]) ** 2
         return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
     labels = batch["labels"]
+    if task == "qa":   # start and end over the row's positions (padding excluded)
+        logits = jnp.where(batch["attention_mask"][..., None] > 0, outputs, -1e9)
+        ce = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i], labels[:, i])
+                 for i in (0, 1)) / 2
+        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
     safe = jnp.maximum(labels, 0)
     ce = optax.softmax_cross_entropy_with_integer_labels(outputs, safe)
     if task == "ner":
@@ -75,6 +102,9 @@ def task_loss(task: str, outputs: jax.Array, batch: dict) -> jax.Array:
     return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
 
 
-def task_predictions(task: str, outputs: jax.Array) -> jax.Array:
-    """What the host needs: scores (regress), class ids, or token label ids."""
-    return outputs if task == "regress" else jnp.argmax(outputs, axis=-1).astype(jnp.int32)
+def task_predictions(task: str, outputs: jax.Array, group: int = 1) -> jax.Array:
+    """What the host needs: scores (regress), start/end logits (qa), class
+    ids, the chosen alternative (choice), or position label ids."""
+    if task == "choice":
+        return jnp.argmax(outputs.reshape(-1, group), axis=-1).astype(jnp.int32)
+    return outputs if task in ("regress", "qa") else jnp.argmax(outputs, axis=-1).astype(jnp.int32)

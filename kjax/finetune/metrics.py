@@ -5,6 +5,9 @@ against hand-computed values.
     pair      accuracy, macro_f1                (KLUE-NLI reports accuracy)
     regress   pearson, spearman, f1 at 3.0      (KLUE-STS: Pearson and binary F1)
     ner       entity_f1 (micro), entity_macro_f1, char_macro_f1  (KLUE-NER)
+    qa        f1 (KorQuAD's character F1), exact_match, squad_f1   (kjax/finetune/qa_metrics.py)
+    choice    accuracy                          (NIKL CoPA)
+    wic       accuracy, macro_f1                (NIKL WiC)
 
 NER follows KLUE's scoring: entities decoded strictly (IOB2: only B-X opens
 an entity), per sentence; the character-level macro F1 averages the B-/I-
@@ -20,8 +23,8 @@ import numpy as np
 
 from kjax.finetune.bio import OUTSIDE, tags_to_spans
 
-PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "regress": "pearson",
-           "ner": "entity_f1"}
+PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "wic": "accuracy", "regress": "pearson",
+           "ner": "entity_f1", "qa": "f1", "choice": "accuracy"}
 
 
 def _f1(tp: float, fp: float, fn: float, empty: float = 0.0) -> float:
@@ -50,6 +53,8 @@ def macro_f1(gold: Sequence, pred: Sequence, labels: Sequence | None = None) -> 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     """None when either side is constant (the correlation is undefined)."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 2 or x.min() == x.max() or y.min() == y.max():
+        return None   # exactly: x - mean(x) of a constant is rounding noise, not 0
     dx, dy = x - x.mean(), y - y.mean()
     denominator = math.sqrt(float((dx * dx).sum() * (dy * dy).sum()))
     return float((dx * dy).sum() / denominator) if denominator > 0 else None
@@ -118,7 +123,7 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
                  sts_threshold: float = 3.0) -> dict:
     """Every metric of `task`; `gold`/`pred` are class names, scores, or (ner)
     per-sentence character tag lists."""
-    if task in ("classify", "pair"):
+    if task in ("classify", "pair", "wic"):
         # Macro F1 over the classes in gold or pred, as KLUE (sklearn's default) scores it.
         return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(list(gold), list(pred))}
     if task == "regress":
@@ -129,15 +134,22 @@ def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequenc
         scores = entity_scores(gold, pred)
         scores["char_macro_f1"] = char_macro_f1(gold, pred, label_names)
         return scores
+    if task == "choice":
+        return {"accuracy": accuracy(gold, pred)}
+    if task == "qa":
+        from kjax.finetune.qa_metrics import qa_metrics
+        return qa_metrics(gold, pred)
     raise ValueError(f"unknown task {task!r}")
 
 
 def baseline_predictions(task: str, train_gold: Sequence, eval_gold: Sequence) -> list:
     """The no-model baseline: the majority class of train, its mean score,
-    or all-O tags."""
-    if task in ("classify", "pair"):
+    all-O tags, or no answer (qa)."""
+    if task in ("classify", "pair", "wic", "choice"):
         majority = collections.Counter(train_gold).most_common(1)[0][0]
         return [majority] * len(eval_gold)
     if task == "regress":
         return [float(np.mean(train_gold))] * len(eval_gold)
+    if task == "qa":
+        return [""] * len(eval_gold)
     return [[OUTSIDE] * len(tags) for tags in eval_gold]

@@ -121,8 +121,9 @@ def run_settings(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[f
     settings = {"task": tuner.task, "seed": seed, "bf_train": float(bf_train),
                 "bf_infer": [float(b) for b in bf_infers], "labels": tuner.data.label_names,
                 "train_examples": len(tuner.data.features["train"]),
-                **{k: ft[k] for k in ("epochs", "batch_size", "learning_rate", "warmup_ratio",
+                **{k: ft[k] for k in ("epochs", "batch_size", "warmup_ratio",
                                       "weight_decay", "max_seq_len", "eval_every")},
+                "learning_rate": tuner.learning_rate,
                 "shake": {k: ft.shake[k] for k in ("variant", "boost_prem", "p", "seed")}}
     return json.loads(json.dumps(settings))
 
@@ -169,7 +170,8 @@ def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress
             "bf_infer": [float(b) for b in bf_infers], "select_metric": tuner.metric,
             "stopped_early": progress_state["stopped"], "results": results,
             "baseline": {s: tuner.baseline(s) for s in splits},
-            "examples": {s: len(f) for s, f in tuner.data.features.items()},
+            "examples": {s: len(e) for s, e in tuner.data.examples.items()},
+            "rows": {s: len(f) for s, f in tuner.data.features.items()},   # qa: windows
             "truncated": {s: f.truncated for s, f in tuner.data.features.items()}}
 
 
@@ -179,7 +181,10 @@ def _write_predictions(tuner, split: str, preds: list, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for ex, pred in zip(tuner.data.examples[split], preds):
             row = {"guid": ex.guid}
-            if tuner.task == "ner":
+            if tuner.task == "qa":
+                row.update(question=ex.text_a, gold=[t for _, t in ex.label or ()],
+                           impossible=ex.impossible, pred=pred)
+            elif tuner.task == "ner":
                 row.update(text=ex.text_a, gold=_entities(ex.text_a, tags_to_spans(ex.char_tags)),
                            pred=_entities(ex.text_a, tags_to_spans(pred)), pred_tags=pred)
             else:

@@ -29,11 +29,15 @@ from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
 
-TASKS = ("classify", "pair", "regress", "ner")
-FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv")
-TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title")
-TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis")
-LABEL_KEYS = ("label", "gold_label", "labels", "score")
+TASKS = ("classify", "pair", "regress", "ner", "qa", "choice", "wic")
+FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv",
+           "squad")
+TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title", "document")
+TEXT_B_KEYS = ("text_b", "sentence2", "hypothesis", "question")
+LABEL_KEYS = ("label", "gold_label", "labels", "score", "answer")
+# choice: the alternatives (NIKL CoPA's columns "1", "2"); the label is the
+# right one's 1-based number (or its text)
+CHOICE_KEYS = ("1", "2", "3", "4", "5", "choice1", "choice2", "choice3", "choice4", "choice5")
 NLI_LABELS = ("entailment", "neutral", "contradiction")   # KLUE's order
 
 
@@ -42,9 +46,13 @@ class Example:
     guid: str
     text_a: str
     text_b: str | None = None
-    label: str | float | None = None          # class name, or score (regress)
+    label: object = None                      # class name, score (regress), answers (qa)
     char_tags: tuple[str, ...] | None = None  # ner: one BIO tag per character of text_a
     where: str = ""                           # "file:line" for messages
+    group: str = ""                           # qa: its article (splits keep articles whole)
+    impossible: bool = False                  # qa: unanswerable (KLUE-MRC is_impossible)
+    choices: tuple = ()                       # choice: the alternatives
+    target_spans: tuple = ()                  # wic: the target word's span in a and in b
 
 
 def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
@@ -55,6 +63,12 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
     if not paths.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
     fmt = detect_format(path, task) if fmt == "auto" else fmt
+    if (task == "qa") != (fmt == "squad"):
+        raise KjaxError(f"{path}: --task qa reads SQuAD-style JSON (KorQuAD, KLUE-MRC; "
+                        f"--format squad) and --format squad is only for --task qa")
+    if fmt == "squad":
+        from kjax.finetune.qa import read_squad
+        return read_squad(path)
     if fmt == "klue-ner" and task != "ner":
         raise KjaxError(f"{path}: the KLUE-NER format holds character tags; use --task ner "
                         f"(or --format tsv for text<TAB>label rows)")
@@ -73,6 +87,8 @@ def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
 
 def detect_format(path: str, task: str) -> str:
     lower = path.lower()
+    if task == "qa":
+        return "squad"
     if lower.endswith(".jsonl"):
         return "jsonl"
     if lower.endswith(".json"):
@@ -159,7 +175,30 @@ def _from_record(rec, task: str, where: str) -> Example:
         label = label.get("label", label.get("real-label"))
     if label is None:
         raise KjaxError(f"{where}: no label; give one of the keys {', '.join(LABEL_KEYS)}")
+    if task == "choice":
+        return _choice(rec, text_a, text_b, label, guid, where)
+    if task == "wic" and isinstance(text_b, str):
+        from kjax.finetune.wic import target_spans
+        return Example(guid, text_a, text_b, _label(label, task, where), None, where,
+                       target_spans=target_spans(rec, text_a, text_b, where))
     return Example(guid, text_a, text_b, _label(label, task, where), None, where)
+
+
+def _choice(rec, text_a, text_b, label, guid, where) -> Example:
+    """Multiple choice (NIKL CoPA: sentence, question 원인/결과, 1, 2, Answer):
+    text_a the premise (its question appended), label the 0-based right choice."""
+    choices = tuple(str(rec[k]) for k in CHOICE_KEYS if k in rec)
+    if len(choices) < 2:
+        raise KjaxError(f"{where}: --task choice needs two or more alternatives (keys "
+                        f"{', '.join(CHOICE_KEYS[:2])}, ...)")
+    value = str(label).strip()
+    index = int(value) - 1 if value.isdigit() else (choices.index(value) if value in choices
+                                                    else -1)
+    if not 0 <= index < len(choices):
+        raise KjaxError(f"{where}: answer {label!r} is neither a choice number 1..{len(choices)} "
+                        f"nor one of the choices")
+    premise = f"{text_a} {text_b}" if text_b else text_a
+    return Example(guid, premise, None, index, None, where, choices=choices)
 
 
 def _label(value, task: str, where: str):
@@ -230,7 +269,8 @@ def _read_tsv(path: str, task: str) -> Iterator[Example]:
         rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
                 if line.strip()]
     columns = None
-    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label"):
+    if rows and rows[0][1][-1].strip().lower() in ("label", "score", "gold_label", "answer",
+                                                   "end_s2"):   # NIKL WiC's last column
         columns = [c.strip().lower() for c in rows[0][1]]
         rows = rows[1:]
     for n, cells in rows:
@@ -253,8 +293,8 @@ def check_example(ex: Example, task: str) -> None:
     if task == "classify" and ex.text_b is not None:
         raise KjaxError(f"{ex.where}: a sentence pair, but --task classify takes one "
                         f"sentence; use --task pair")
-    if task == "pair" and ex.text_b is None:
-        raise KjaxError(f"{ex.where}: --task pair needs a second sentence "
+    if task in ("pair", "wic") and ex.text_b is None:
+        raise KjaxError(f"{ex.where}: --task {task} needs a second sentence "
                         f"({', '.join(TEXT_B_KEYS)})")
     if task == "ner":
         if len(ex.char_tags) != len(ex.text_a):
@@ -267,15 +307,22 @@ def check_example(ex: Example, task: str) -> None:
 
 def split_examples(examples: Sequence[Example], fractions: Sequence[float],
                    seed: int) -> list[list[Example]]:
-    """Seeded split into len(fractions) parts (the last takes the rounding)."""
-    order = np.random.default_rng(seed).permutation(len(examples))
-    bounds = np.round(np.cumsum(fractions)[:-1] / sum(fractions) * len(examples)).astype(int)
-    return [[examples[i] for i in part] for part in np.split(order, bounds)]
+    """Seeded split into len(fractions) parts (the last takes the rounding).
+    Examples of one `group` (a QA article) stay on one side, so no paragraph
+    is both trained and scored; fractions then count groups."""
+    groups = list(dict.fromkeys(ex.group or i for i, ex in enumerate(examples)))
+    members = {}
+    for i, ex in enumerate(examples):
+        members.setdefault(ex.group or i, []).append(i)
+    order = np.random.default_rng(seed).permutation(len(groups))
+    bounds = np.round(np.cumsum(fractions)[:-1] / sum(fractions) * len(groups)).astype(int)
+    return [[examples[i] for g in part for i in members[groups[g]]]
+            for part in np.split(order, bounds)]
 
 
 def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
     """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
-    if task == "regress":
+    if task in ("regress", "qa", "choice"):
         return []
     if task == "ner":
         kinds = sorted({split_tag(t)[1] for part in splits for ex in part

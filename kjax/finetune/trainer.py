@@ -29,12 +29,21 @@ from kjax.finetune.features import Features, make_batch
 from kjax.finetune.heads import make_task_model, model_inputs, task_loss, task_predictions
 from kjax.finetune.metrics import PRIMARY, baseline_predictions, task_metrics
 from kjax.finetune.pretrained import restore_pretrained_params
+from kjax.finetune.qa import decode_answers, gold_answers
 from kjax.finetune.tasks import Example
 from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
                                 put_batch, replicated)
 from kjax.train.state import make_optimizer
 
 TRAIN_SALT, EVAL_SALT = 0, 1   # keep training and inference draws of B apart
+
+
+def learning_rate_for(hidden_size: int) -> float:
+    """finetune.learning_rate=0: a peak rate by model size. BERT's 2e-5–5e-5
+    suits base models; smaller encoders need more (the BERT miniatures' best
+    lie at 1e-4 and up); the CPU demo (128 hidden, 300 pretraining steps)
+    stayed at the majority class at 5e-5 and beat it at 5e-4 (docs/FINETUNE.md)."""
+    return 5e-4 if hidden_size <= 128 else 1e-4 if hidden_size <= 512 else 5e-5
 
 
 def bf_key(bf: float) -> str:
@@ -50,6 +59,8 @@ class TaskData:
 
     def gold(self, split: str) -> list:
         exs = self.examples[split]
+        if self.task == "qa":
+            return gold_answers(exs)
         return [list(e.char_tags) for e in exs] if self.task == "ner" else [e.label for e in exs]
 
 
@@ -57,15 +68,20 @@ class FineTuner:
     """Mesh, optimizer, pretrained weights and compiled steps, shared by every
     run of an experiment (seeds × fine-tune bf)."""
 
-    def __init__(self, config, ft, data: TaskData, mesh, init: str | None, shake_cfg):
+    def __init__(self, config, ft, data: TaskData, mesh, init: str | None, shake_cfg,
+                 mode=None):
         self.config, self.ft, self.data, self.mesh = config, ft, data, mesh
+        self.mode = mode   # the input mode (kjax/inputs): model inputs, positions
         self.task, self.shake_cfg = data.task, shake_cfg
         self.batch = ft.batch_size
         self.eval_batch = ft.eval_batch_size or ft.batch_size
-        self.steps_per_epoch = math.ceil(len(data.features["train"]) / self.batch)
+        # choice: rows of one example stay together; batches count examples
+        self.group = data.features["train"].group_size
+        self.steps_per_epoch = math.ceil(len(data.features["train"]) // self.group / self.batch)
         self.total_steps = ft.epochs * self.steps_per_epoch
         self.eval_every = ft.eval_every or self.steps_per_epoch
-        opt = dict(learning_rate=ft.learning_rate, num_steps=self.total_steps,
+        self.learning_rate = ft.learning_rate or learning_rate_for(config.model.hidden_size)
+        opt = dict(learning_rate=self.learning_rate, num_steps=self.total_steps,
                    warmup_steps=int(round(ft.warmup_ratio * self.total_steps)),
                    weight_decay=ft.weight_decay, grad_clip_norm=ft.grad_clip_norm,
                    b1=ft.b1, b2=ft.b2, eps=ft.eps)
@@ -78,6 +94,7 @@ class FineTuner:
         self._models, self._train_steps, self._eval_steps = {}, {}, {}
         self._pretrained = None
         self.pos_tokens_aligned = None   # set by make_tuner when POS comes from Kiwi
+        self.target_scale = 1.0          # regress: targets are label / scale (make_tuner)
         self.shardings = self._state_shardings()
 
     # --- models, state, compiled steps ------------------------------------------------
@@ -88,12 +105,13 @@ class FineTuner:
                                                 deterministic, self.dropout)
         return self._models[key]
 
-    def _dummy(self):
-        ids = jnp.zeros((1, self.ft.max_seq_len), jnp.int32)
-        return ids, ids, jnp.ones_like(ids)
+    def _dummy(self) -> dict:
+        """Init inputs: one training row as the input mode feeds it (no B)."""
+        batch = make_batch(self.data.features["train"], np.zeros(1, np.int64))
+        return model_inputs(batch, self.mode)
 
     def _boxed_state(self, rng):
-        params = self.model(0.0, True).init(rng, *self._dummy())["params"]
+        params = self.model(0.0, True).init(rng, **self._dummy())["params"]
         return {"step": jnp.zeros((), jnp.int32), "params": params,
                 "opt_state": self.tx.init(params), "rng": jax.random.key_data(rng)}
 
@@ -118,7 +136,7 @@ class FineTuner:
     def init_state(self, seed: int):
         def init(rng, bert):
             params_rng, dropout_rng = jax.random.split(rng)
-            params = nn.meta.unbox(self.model(0.0, True).init(params_rng, *self._dummy())["params"])
+            params = nn.meta.unbox(self.model(0.0, True).init(params_rng, **self._dummy())["params"])
             if bert is not None:
                 params = {**params, "bert": bert}
             return {"step": jnp.zeros((), jnp.int32), "params": params,
@@ -141,15 +159,16 @@ class FineTuner:
 
     def train_step(self, bf: float):
         if bf not in self._train_steps:
-            model, tx, task = self.model(bf, False), self.tx, self.task
+            model, tx, task, mode = self.model(bf, False), self.tx, self.task, self.mode
+            group = self.group
 
             def step(state, batch):
                 rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
 
                 def loss_fn(params):
-                    out = model.apply({"params": params}, **model_inputs(batch),
+                    out = model.apply({"params": params}, **model_inputs(batch, mode),
                                       rngs={"dropout": rng})
-                    return task_loss(task, out, batch)
+                    return task_loss(task, out, batch, group)
 
                 loss, grads = jax.value_and_grad(loss_fn)(state["params"])
                 updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -164,11 +183,11 @@ class FineTuner:
 
     def eval_step(self, bf: float):
         if bf not in self._eval_steps:
-            model, task = self.model(bf, True), self.task
+            model, task, mode, group = self.model(bf, True), self.task, self.mode, self.group
 
             def step(params, batch):
-                out = model.apply({"params": params}, **model_inputs(batch))
-                return task_predictions(task, out)
+                out = model.apply({"params": params}, **model_inputs(batch, mode))
+                return task_predictions(task, out, group)
 
             self._eval_steps[bf] = jax.jit(
                 step, in_shardings=(self.shardings["params"], batch_sharding(self.mesh)),
@@ -182,10 +201,18 @@ class FineTuner:
         per = size // jax.process_count()
         return rows[jax.process_index() * per:(jax.process_index() + 1) * per]
 
+    def _rows(self, units: np.ndarray) -> np.ndarray:
+        """Examples → their rows (choice: `group` rows each; -1 stays padding)."""
+        if self.group == 1:
+            return units
+        rows = units[:, None] * self.group + np.arange(self.group)
+        return np.where(units[:, None] >= 0, rows, -1).ravel()
+
     def train_batch(self, seed: int, step: int, bf: float) -> dict:
         epoch, k = divmod(step - 1, self.steps_per_epoch)
-        order = np.random.default_rng([seed, epoch]).permutation(len(self.data.features["train"]))
-        rows = self._local(order[k * self.batch:(k + 1) * self.batch], self.batch)
+        order = np.random.default_rng([seed, epoch]).permutation(
+            len(self.data.features["train"]) // self.group)
+        rows = self._rows(self._local(order[k * self.batch:(k + 1) * self.batch], self.batch))
         shake = self.shake_cfg if bf != 0 else None
         return make_batch(self.data.features["train"], rows, shake, (seed, TRAIN_SALT, epoch))
 
@@ -193,23 +220,31 @@ class FineTuner:
         feats = self.data.features[split]
         shake = self.shake_cfg if bf != 0 else None
         step, out = self.eval_step(bf), []
-        for start in range(0, len(feats), self.eval_batch):
-            rows = np.arange(start, min(start + self.eval_batch, len(feats)))
-            batch = make_batch(feats, self._local(rows, self.eval_batch), shake,
+        units = len(feats) // self.group
+        for start in range(0, units, self.eval_batch):
+            rows = np.arange(start, min(start + self.eval_batch, units))
+            batch = make_batch(feats, self._rows(self._local(rows, self.eval_batch)), shake,
                                (self.shake_cfg.seed, EVAL_SALT))
             with self._context():
                 preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
             out += list(preds[:len(rows)])
+        if self.task == "qa":   # windows → one answer per question
+            allow_null = any(ex.impossible for ex in self.data.examples["train"])
+            return decode_answers(feats, out, self.data.examples[split], self.ft.n_best,
+                                  self.ft.max_answer_len, allow_null)
         return [self._decode(feats, i, p) for i, p in enumerate(out)]
 
     def _decode(self, feats: Features, i: int, pred):
         if self.task == "regress":
-            return float(pred)
+            return float(pred) * self.target_scale
+        if self.task == "choice":
+            return int(pred)
         if self.task != "ner":
             return self.data.label_names[int(pred)]
         spans = feats.token_spans[i]
-        tags = [self.data.label_names[int(t)] for t in pred[1:1 + len(spans)]]
-        return token_to_char_tags(feats.texts[i], tags, spans)
+        names = self.data.label_names
+        tags = [names[t] for t in token_predictions(feats, i, pred, names)]
+        return token_to_char_tags(feats.texts[i], tags[1:1 + len(spans)], spans)
 
     def evaluate(self, params, split: str, bf: float) -> tuple[dict, list]:
         preds = self.predict(params, split, bf)
@@ -227,6 +262,21 @@ class FineTuner:
         preds = baseline_predictions(self.task, train_gold, self.data.gold(split))
         return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
                             self.ft.sts_threshold)
+
+
+def token_predictions(feats: Features, row: int, pred, names: list[str]) -> list[int]:
+    """Per token of `row`, the label id predicted at the position it feeds; a
+    B- label continues as I- over the later tokens of the same position."""
+    owner = feats.token_position[row] if feats.token_position is not None else \
+        np.arange(len(pred))
+    n = int(feats.lengths[row])
+    out = []
+    for t in range(n):
+        label = int(pred[owner[t]])
+        if t and owner[t] == owner[t - 1] and names[label].startswith("B-"):
+            label = names.index("I-" + names[label][2:])
+        out.append(label)
+    return out
 
 
 def write_json(path: str, obj) -> None:

@@ -16,7 +16,9 @@ branches on mode names.
                                   position (analysis, inspect)
     embedding                     the model's embedding path (kjax/model/encoder.py
                                   EMBEDDINGS), a small closed set
-    finetune_check / finetune_position_ids    fine-tuning (kjax/finetune)
+    finetune_check / finetune_inputs / finetune_b_view   fine-tuning (kjax/finetune):
+                                  token rows → the model's arrays, and which
+                                  position each token feeds (labels follow it)
     export_format, export_check   how `kjax export` writes it (kjax/export)
 
 Objectives that need particular positions ask `knowledge_positions` (the
@@ -146,12 +148,29 @@ class InputMode:
         if not self.finetune_supported:
             raise KjaxError(f"model.input_mode={self.name!r}: `kjax finetune` cannot run this "
                             f"input mode yet (its task labels would have to follow "
-                            f"{self.name} positions); fine-tune a onehot or shared_position "
-                            f"model")
+                            f"{self.name} positions); fine-tune a model of another "
+                            f"input mode")
 
     def finetune_position_ids(self, units: dict, lengths, seq_len: int, config):
         """Position ids of fine-tuning rows ([n, seq]), None: 0..s-1."""
         return None
+
+    def finetune_inputs(self, rows: dict, lengths, seq_len: int, config) -> tuple[dict, np.ndarray]:
+        """Fine-tuning token rows ([n, seq]: input_ids, token_type_ids,
+        attention_mask and the units word_ids, morph_ids, tags, inpos) →
+        (the model's arrays per row, the position each token feeds [n, seq],
+        -1 for padding). Token labels (NER tags, answer spans) move to
+        positions by that map, and predictions come back by it."""
+        out = {k: rows[k] for k in TOKEN_INPUTS}
+        ids = self.finetune_position_ids(rows, lengths, seq_len, config)
+        if ids is not None:
+            out["position_ids"] = ids
+        steps = np.arange(seq_len)
+        return out, np.where(steps < np.asarray(lengths)[:, None], steps, -1).astype(np.int32)
+
+    def finetune_b_view(self, example: dict) -> dict:
+        """The per-position arrays B is built over for one fine-tuning row."""
+        return example
 
     def export_check(self, config) -> None:
         if self.export_format is None:

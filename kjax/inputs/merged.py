@@ -20,7 +20,6 @@ class Merged(SegmentMode):
     # The exported tokenizer cannot merge positions, and transformers' BERT
     # cannot sum them: refused rather than written as a plain BERT.
     export_format = None
-    finetune_supported = False
 
     def units(self, example: dict) -> dict:
         return merged_units(example)

@@ -16,7 +16,6 @@ class Multihot(SegmentMode):
     why_schemes = "positions are its morphemes"
     knowledge_positions = True
     export_format = "kjax_multihot"
-    finetune_supported = False
 
     def loader_resources(self, config) -> dict:
         if not knowledge_enabled(config):

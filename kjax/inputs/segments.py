@@ -141,6 +141,26 @@ class SegmentMode(InputMode):
         kwargs["multihot"] = {k: kwargs["input_ids"] for k in SEGMENT_KEYS}
         return kwargs
 
+    def finetune_inputs(self, rows: dict, lengths, seq_len: int, config) -> tuple[dict, np.ndarray]:
+        """Each row's positions found on its tokens (no masking), then the
+        segment arrays the model sums (to_multihot); padding feeds position -1."""
+        n = len(lengths)
+        out = {k: np.zeros((n, seq_len), np.int32)
+               for k in (*SEGMENT_KEYS, "token_type_ids", "attention_mask")}
+        owner = np.full((n, seq_len), -1, np.int32)
+        for r, m in enumerate(np.asarray(lengths, int)):
+            units = self.units(_row(rows, r, m))
+            mh = to_multihot({**units, "nsp_label": 0}, units["input_ids"],
+                             np.zeros(0, np.int64), seq_len, 1, 1)
+            for k in out:
+                out[k][r] = mh[k]
+            owner[r, :m] = position_of_tokens(np.asarray(units["morph_ids"]))
+        out["input_ids"] = np.zeros((n, seq_len), np.int32)   # unused: tokens come in `multihot`
+        return out, owner
+
+    def finetune_b_view(self, example: dict) -> dict:
+        return position_arrays(self.units(example))
+
     def positions(self, example: dict) -> tuple[dict, list[np.ndarray]]:
         units = self.units(example)
         owner = position_of_tokens(np.asarray(units["morph_ids"]))
@@ -156,3 +176,9 @@ class SegmentMode(InputMode):
         return {"input_ids": np.zeros(seq_len, np.int32),   # unused: tokens come in `multihot`
                 "token_type_ids": mh["token_type_ids"], "attention_mask": mh["attention_mask"],
                 "multihot": {k: mh[k] for k in SEGMENT_KEYS}}
+
+
+def _row(rows: dict, r: int, m: int) -> dict:
+    """Row r of fine-tuning arrays, cut to its m real tokens."""
+    keys = ("input_ids", "token_type_ids", "word_ids", "morph_ids", "tags", "inpos")
+    return {k: np.asarray(rows[k][r, :m]) for k in keys}

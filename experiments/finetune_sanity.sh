@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Fine-tuning sanity runs on the CPU demo models (docs/FINETUNE.md "Sanity
+# table"). Needs the demo pretraining runs and ../shared/data:
+#   kjax demo                      → runs/demo            (one-hot, sentencepiece)
+#   kjax demo --scheme multihot    → runs/demo_multihot   (UKnowBERT's multi-hot input)
+# Each line: KLUE / KorQuAD dev files carved into seeded splits
+# (finetune.split, split_seed 12345), `max_examples` per split, 3 seeds.
+set -euo pipefail
+DATA=${DATA:-../shared/data}
+KJAX=${KJAX:-.venv/bin/kjax}
+OUT=${OUT:-runs/ft/sanity}
+# learning_rate=0: the size rule (the demo workdirs' recorded configs may hold 5e-5)
+NER="--task ner --train $DATA/klue/klue-ner-v1.1_dev.tsv --config.finetune.max_examples=400
+    --config.finetune.max_seq_len=64 --config.finetune.epochs=10 --config.finetune.patience=0
+    --config.finetune.learning_rate=0"
+QA="--task qa --train $DATA/korquad/KorQuAD_v1.0_dev.json --config.finetune.split=(0.8,0.2)
+    --config.finetune.max_examples=300 --config.finetune.doc_stride=64 --config.finetune.epochs=2
+    --config.finetune.patience=0 --config.finetune.learning_rate=0"
+for init in demo demo_multihot; do   # QA: one seed (CPU time)
+  $KJAX finetune $QA --init runs/$init --out $OUT/qa_$init
+done
+# the shaken variant: the one-hot demo model fine-tuned and inferred with POS B (bf +0.3)
+$KJAX finetune $NER --init runs/demo --out $OUT/demo_shaken_ner --seeds 1,2,3 \
+    --config.finetune.shake.bf_train=0.3 --config.finetune.shake.bf_infer=0.3
+# progress curves: every saved step of both demo runs, one PNG
+$KJAX finetune $NER --init runs/demo --every-checkpoint --seeds 1,2,3 --out $OUT/progress_demo
+$KJAX finetune $NER --init runs/demo_multihot --every-checkpoint --seeds 1,2,3 \
+    --out $OUT/progress_demo_multihot --compare $OUT/progress_demo
