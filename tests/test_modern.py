@@ -134,6 +134,29 @@ def test_modern_trains_a_step_in_every_input_mode(tmp_path, mode):
     assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
 
 
+def test_a_task_model_of_the_modern_arch_holds_its_pretraining_params():
+    """Fine-tuning builds the encoder of model.arch: every array of the task
+    model's `bert` subtree is in a modern pretraining tree with its shape (what
+    --init restores; the MLM transform is not used), and
+    the classification head has its own pooler (the recipe pretrains none)."""
+    from kjax.finetune.heads import TaskModel
+    ids = jnp.ones((2, 12), jnp.int32)
+    pretrained = random_params(TINY, seq=12)
+    for task, shape in (("classify", (2, 3)), ("qa", (2, 12, 2))):
+        model = TaskModel(TINY, task, 2 if task == "qa" else 3)
+        params = nn.meta.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids),
+                                          jnp.ones_like(ids))["params"])
+        flat = dict(jax.tree_util.tree_flatten_with_path(pretrained)[0])
+        used = jax.tree_util.tree_flatten_with_path(params["bert"])[0]
+        assert {path: x.shape for path, x in used} == {p: flat[p].shape for p, _ in used}
+        assert len(used) >= len(flat) - 3 and ("fresh_pooler" in params) == (task == "classify")
+        bert = jax.tree.map(lambda x: flat[x], jax.tree_util.tree_map_with_path(
+            lambda p, _: p, params["bert"]), is_leaf=lambda x: isinstance(x, tuple))
+        out = model.apply({"params": {**params, "bert": bert}}, ids, jnp.zeros_like(ids),
+                          jnp.ones_like(ids))
+        assert out.shape == shape and np.isfinite(np.asarray(out)).all()
+
+
 @pytest.mark.slow
 def test_cli_trains_exports_to_modernbert_and_imports_back(prepared, tmp_path):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
@@ -167,3 +190,11 @@ def test_cli_trains_exports_to_modernbert_and_imports_back(prepared, tmp_path):
     back, _ = restore_params(back_config, str(tmp_path / "back"))
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
                                                     jax.tree.leaves(params)))
+    texts = tmp_path / "cls.jsonl"   # and it fine-tunes from its checkpoint
+    texts.write_text("".join(f'{{"text": "그리고 {w} {w} 및 {w} 등", "label": "{y}"}}\n'
+                             for w, y in (("국민", "a"), ("정부", "b")) * 8), encoding="utf-8")
+    assert main(["finetune", "--init", workdir, "--task", "classify",
+                 "--train", str(texts), "--dev", str(texts), "--out", str(tmp_path / "ft"),
+                 "--config.finetune.epochs=1", "--config.finetune.batch_size=8",
+                 "--config.finetune.max_seq_len=16"]) == 0
+    assert (tmp_path / "ft" / "summary.json").exists()

@@ -1,6 +1,7 @@
 """Task models: the pretraining model as the `bert` submodule (so its
 parameter subtree is exactly a kjax pretraining checkpoint's `params`) plus
-one dense head.
+one dense head. `pooler` is BERT's pretrained one; a model.arch without one
+(modern) gets a freshly initialised dense layer in its place.
 
     classify, pair   tanh(pooler(h_[CLS])) → dropout → dense(num_labels)
     regress          the same with one output (the score)
@@ -25,7 +26,8 @@ import jax.numpy as jnp
 import optax
 
 from kjax.model.config import EncoderConfig
-from kjax.model.encoder import BertForPreTraining, dense
+from kjax.model.encoder import dense
+from kjax.train.state import ARCHITECTURES
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 OPTIONAL_INPUTS = ("position_ids", "shake")   # the input mode's position ids; SHAKE's B
@@ -49,7 +51,12 @@ class TaskModel(nn.Module):
     deterministic: bool = True
 
     def setup(self):
-        self.bert = BertForPreTraining(self.config, self.deterministic)
+        # The pretrained encoder of model.arch; the subtree keeps the name "bert"
+        # for every arch, so --init restores it the same way.
+        self.bert = ARCHITECTURES[self.config.arch](self.config, self.deterministic)
+        # BERT pretrains a pooler (NSP); the modern recipe has none: a fresh one here.
+        self.fresh_pooler = (dense(self.config, self.config.hidden_size, ("embed", "mlp"),
+                                   "fresh_pooler") if self.config.arch != "bert" else None)
         self.dropout = nn.Dropout(self.classifier_dropout)
         self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
 
@@ -57,7 +64,8 @@ class TaskModel(nn.Module):
                  multihot=None, target_mask=None):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
                                      shake=shake, multihot=multihot)
-        x = hidden if self.task in ("ner", "qa") else jnp.tanh(self.bert.pooler(hidden[:, 0]))
+        pooler = self.bert.pooler if self.fresh_pooler is None else self.fresh_pooler
+        x = hidden if self.task in ("ner", "qa") else jnp.tanh(pooler(hidden[:, 0]))
         if target_mask is not None:   # wic: the target word's mean vector in each sentence
             m = target_mask.astype(hidden.dtype)
             words = jnp.einsum("bks,bsh->bkh", m, hidden) / \
