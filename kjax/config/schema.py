@@ -93,7 +93,7 @@ ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
 ARCHS = ("bert", "modern")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "nothing_saveable", "everything_saveable")
-TOKENIZER_SCHEMES = ("sentencepiece", "morph-sp", "multihot")
+TOKENIZER_SCHEMES = ("sentencepiece", "morph-sp", "multihot", "imported")
 MESH_AXES = ("data", "fsdp", "tensor")
 # Logical axis → mesh axes (MaxText style): the model names axes, these rules
 # place them. data/fsdp split the batch; fsdp shards parameters on `embed`;
@@ -187,7 +187,8 @@ TOKENIZER = {
     "character_coverage": Key(0.9995, "sentencepiece character coverage", min=0, max=1,
                               open_min=True),
     "input_sentence_size": at_least(0, 2_000_000, "sentences sentencepiece samples (0: all)"),
-    "path": Key("runs/tokenizer/sp", "tokenizer file prefix (.model/.vocab, .multihot.txt)"),
+    "path": Key("runs/tokenizer/sp", "tokenizer file prefix (.model/.vocab, .multihot.txt); "
+                "imported: the tokenizer.json itself"),
     "corpus": Key("", "text the vocabulary is trained on, as data.corpus (\"\": data.corpus); "
                   "e.g. more text than is worth pretraining on, for coverage"),
 }

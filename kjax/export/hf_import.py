@@ -231,11 +231,35 @@ def kjax_config(base, enc: EncoderConfig, name: str):
     return config
 
 
+def import_tokenizer(hf_dir: str, hf: dict, workdir: str, config) -> str | None:
+    """Copies the folder's tokenizer (tokenizer.json, or one built from
+    vocab.txt) to `workdir/tokenizer.json` and points the config at it
+    (tokenizer.scheme='imported', kjax/tokens/imported.py). A kjax folder
+    (kjax_input_mode recorded) keeps kjax's own scheme; a folder without a
+    tokenizer keeps the base config's. Returns the file written, or None."""
+    from kjax.tokens.imported import ImportedTokenizer, tokenizer_json_from_folder
+    if "kjax_input_mode" in hf or "imported" not in input_mode(config).schemes:
+        return None   # kjax's own export: its tokenizer is a kjax scheme
+    text = tokenizer_json_from_folder(hf_dir)
+    if text is None:
+        return None
+    target = paths.join(workdir, "tokenizer.json")
+    if not paths.is_remote(target):
+        target = os.path.abspath(target)
+    paths.write_text(target, text)
+    tok = ImportedTokenizer(target)   # fails here, in one line, on an unusable tokenizer
+    if tok.vocab_size > config.model.vocab_size:
+        raise KjaxError(f"{hf_dir}: the tokenizer has {tok.vocab_size} tokens but the model's "
+                        f"embedding only {config.model.vocab_size} rows")
+    config.tokenizer.scheme, config.tokenizer.path = "imported", target
+    return target
+
+
 def write_config_file(config, path: str, source: str) -> None:
     from kjax.config.recorded import write_config_file as write
     write(config, path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
-                        f"(model.*) on top of the base config. The tokenizer is not converted:\n"
-                        f"see docs/EXPORT.md.")
+                        f"(model.*) on top of the base config; tokenizer.scheme='imported' when the\n"
+                        f"folder had a tokenizer (copied to tokenizer.path): docs/EXPORT.md.")
 
 
 def fresh_params(config, model, names: list[str]) -> dict:
@@ -267,10 +291,11 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     tensors = read_hf_weights(hf_dir)
     found, missing, unused = hf_to_params(tensors, hf, enc)
     config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
-    check_config(config)
     ckpt_dir = paths.join(workdir, "checkpoints")
     if paths.listdir(ckpt_dir):
         raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")
+    tokenizer = import_tokenizer(hf_dir, hf, workdir, config)
+    check_config(config)
     tx = make_optimizer(config.train)
     model = make_model(config, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
@@ -293,7 +318,8 @@ def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = N
     write_config_file(config, config_out, hf_dir)
     report = {"source": os.path.abspath(hf_dir), "model_type": hf["model_type"],
               "checkpoint": paths.join(ckpt_dir, "0"), "config": config_out,
-              "position_offset": position_offset(hf), "initialised": missing,
+              "position_offset": position_offset(hf), "tokenizer": tokenizer,
+              "initialised": missing,
               "unused_source_tensors": unused}
     paths.write_text(paths.join(workdir, "import.json"),
                      json.dumps(report, ensure_ascii=False, indent=1))

@@ -56,6 +56,8 @@ def map_spans(spans, starts: list[int], ends: list[int]) -> list[tuple[int, int]
 def token_char_spans(tokenizer, text: str) -> tuple[dict[str, np.ndarray], list[tuple[int, int]]]:
     """(the tokenizer's per-token arrays for `text`, one char span per token)."""
     scheme = getattr(tokenizer, "scheme", "")
+    if hasattr(tokenizer, "encode_with_spans"):   # offsets from the tokenizer (imported)
+        return tokenizer.encode_with_spans(text)
     if scheme == "sentencepiece" and hasattr(tokenizer, "sp"):
         return _sentencepiece_spans(tokenizer, text)
     if hasattr(tokenizer, "analyzer") and hasattr(tokenizer, "encode_morphemes"):

@@ -130,9 +130,10 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     if (ft.eval_batch_size or ft.batch_size) % shards:
         raise KjaxError(f"finetune.eval_batch_size={ft.eval_batch_size} is not divisible by "
                         f"the {shards} batch shards (mesh data×fsdp)")
-    # Plain sentencepiece knows no POS: line its tokens up with Kiwi's morphemes.
+    # Plain sentencepiece and imported vocabularies know no POS: line their tokens up
+    # with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
-                     and getattr(tokenizer, "scheme", "") == "sentencepiece")
+                     and getattr(tokenizer, "scheme", "") in ("sentencepiece", "imported"))
     if task == "qa":
         encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
     elif task == "choice":

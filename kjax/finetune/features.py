@@ -22,7 +22,7 @@ from kjax.finetune.alignment import (align_morphemes, map_spans, nfc_with_offset
 from kjax.finetune.bio import char_to_token_tags, tags_to_spans
 from kjax.finetune.tasks import Example
 from kjax.text.normalize import normalize
-from kjax.tokens.sentencepiece import CLS, SEP
+from kjax.tokens.sentencepiece import special_ids
 
 UNIT_KEYS = ("word_ids", "morph_ids", "tags", "inpos")
 UNIT_PAD = {"word_ids": -1, "morph_ids": -1, "tags": 0, "inpos": 0}
@@ -80,6 +80,8 @@ class Encoder:
     def __init__(self, tokenizer, task: str, label_names: Sequence[str], max_seq_len: int,
                  pos_from_kiwi: bool = False):
         self.tokenizer, self.task, self.seq = tokenizer, task, max_seq_len
+        specials = special_ids(tokenizer)   # an imported vocabulary keeps its own ids
+        self.cls, self.sep, self.pad = specials["cls"], specials["sep"], specials["pad"]
         self.label_index = {name: i for i, name in enumerate(label_names)}
         self.analyzer = None
         if pos_from_kiwi:
@@ -103,6 +105,7 @@ class Encoder:
         n, s = len(examples), self.seq
         arrays = {k: np.zeros((n, s), np.int32) for k in ("input_ids", "token_type_ids",
                                                            "attention_mask")}
+        arrays["input_ids"][:] = self.pad
         units = {k: np.full((n, s), UNIT_PAD[k], np.int32) for k in UNIT_KEYS}
         labels = (np.full((n, s), -1, np.int32) if self.task == "ner" else
                   np.zeros(n, np.float32 if self.task == "regress" else np.int32))
@@ -122,13 +125,13 @@ class Encoder:
             keep_a, keep_b = _truncate_pair(n_a, n_b, s - (3 if b is not None else 2))
             truncated += (keep_a, keep_b) != (n_a, n_b)
             ua = {k: v[:keep_a] for k, v in _units(a, {}).items()}
-            ids = [CLS, *a["ids"][:keep_a], SEP]
+            ids = [self.cls, *a["ids"][:keep_a], self.sep]
             types = [0] * len(ids)
             unit_rows = {k: [UNIT_PAD[k], *ua[k], UNIT_PAD[k]] for k in UNIT_KEYS}
             if b is not None:
                 shift = {k: int(ua[k].max(initial=-1)) + 1 for k in ("word_ids", "morph_ids")}
                 ub = {k: v[:keep_b] for k, v in _units(b, shift).items()}
-                ids += [*b["ids"][:keep_b], SEP]
+                ids += [*b["ids"][:keep_b], self.sep]
                 types += [1] * (keep_b + 1)
                 for k in UNIT_KEYS:
                     unit_rows[k] += [*ub[k], UNIT_PAD[k]]

@@ -35,7 +35,7 @@ from kjax.errors import KjaxError
 from kjax.finetune.alignment import map_spans, nfc_with_offsets, token_char_spans
 from kjax.finetune.features import UNIT_KEYS, UNIT_PAD, Features, _units, first_tokens, last_tokens
 from kjax.finetune.tasks import Example
-from kjax.tokens.sentencepiece import CLS, SEP
+from kjax.tokens.sentencepiece import special_ids
 
 NO_SPAN = (-1, -1)
 
@@ -104,6 +104,8 @@ def answer_tokens(spans: Sequence[tuple[int, int]], start: int, end: int) -> tup
 class QAEncoder:
     def __init__(self, tokenizer, max_seq_len: int, doc_stride: int, max_query_len: int):
         self.tokenizer, self.seq = tokenizer, max_seq_len
+        specials = special_ids(tokenizer)   # an imported vocabulary keeps its own ids
+        self.cls, self.sep, self.pad = specials["cls"], specials["sep"], specials["pad"]
         self.stride, self.max_query = doc_stride, max_query_len
         self._contexts = {}
 
@@ -145,7 +147,7 @@ class QAEncoder:
         shift = {k: int(uq[k].max(initial=-1)) + 1 for k in ("word_ids", "morph_ids")}
         uc = {k: v[lo:hi] for k, v in _units(c, shift).items()}
         offset = n_q + 2                          # [CLS] question [SEP]
-        ids = [CLS, *q["ids"][:n_q], SEP, *c["ids"][lo:hi], SEP]
+        ids = [self.cls, *q["ids"][:n_q], self.sep, *c["ids"][lo:hi], self.sep]
         label = (0, 0)                            # [CLS]: no (whole) answer in this window
         if answer != NO_SPAN and lo <= answer[0] and answer[1] < hi:
             label = (answer[0] - lo + offset, answer[1] - lo + offset)
@@ -158,6 +160,7 @@ class QAEncoder:
         n, s = len(rows), self.seq
         arrays = {k: np.zeros((n, s), np.int32) for k in ("ids", "types", "mask")}
         units = {k: np.full((n, s), UNIT_PAD[k], np.int32) for k in UNIT_KEYS}
+        arrays["ids"][:] = self.pad
         lengths = np.zeros(n, np.int32)
         for r, row in enumerate(rows):
             m = lengths[r] = len(row["ids"])

@@ -4,8 +4,10 @@ vocabulary (`kjax tokenizer train`) and for encoding (prepare, inspect).
     sentencepiece  plain sentencepiece over whitespace words
     morph-sp       sentencepiece over Kiwi morphemes: no piece crosses a morpheme
     multihot       the UKnowBERT morpheme vocabulary (METHODS §2.1–2.2)
+    imported       a transformers folder's own tokenizer.json (`kjax import`;
+                   kjax/tokens/imported.py): never trained here
 
-All three encode a sentence into the same per-token arrays
+All four encode a sentence into the same per-token arrays
 (ids, morph, inpos, tag, eojeol); see kjax/tokens/sentencepiece.py.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ from kjax.progress import Progress, Ticker
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 
-SCHEMES = ("sentencepiece", "morph-sp", "multihot")
+SCHEMES = ("sentencepiece", "morph-sp", "multihot", "imported")
 
 
 def check_scheme(scheme: str) -> None:
@@ -30,6 +32,8 @@ def check_scheme(scheme: str) -> None:
 def tokenizer_file(config) -> str:
     """The file that holds the vocabulary of the configured scheme."""
     t = config.tokenizer
+    if t.scheme == "imported":    # the file itself (a tokenizer.json)
+        return t.path
     return t.path + (".multihot.txt" if t.scheme == "multihot" else ".model")
 
 
@@ -66,6 +70,9 @@ class _Feed:
 def train_tokenizer(config, progress: bool = True) -> tuple[str, CorpusStats]:
     t = config.tokenizer
     check_scheme(t.scheme)
+    if t.scheme == "imported":
+        raise KjaxError("tokenizer.scheme='imported' is the tokenizer of an imported model "
+                        "(`kjax import --hf DIR` copies it); it is not trained by kjax")
     stats = CorpusStats()
     corpus = t.corpus or config.data.corpus    # tokenizer.corpus: the vocabulary's own text
     with _Feed(iter_sentences(resolve_corpus(corpus), stats), t.scheme,
@@ -107,6 +114,9 @@ def open_tokenizer(config):
     t = config.tokenizer
     check_scheme(t.scheme)
     path = tokenizer_file(config)
+    if t.scheme == "imported":
+        from kjax.tokens.imported import ImportedTokenizer
+        return ImportedTokenizer(path)
     if not paths.isfile(path):
         raise KjaxError(f"tokenizer {path!r} not found; run `kjax tokenizer train --config ...` "
                         f"first (tokenizer.scheme={t.scheme})")
@@ -121,6 +131,10 @@ def open_tokenizer(config):
 
 def load_tokenizer(config):
     tok = open_tokenizer(config)
+    # An imported vocabulary may be smaller than its model's embedding table
+    # (models pad it to a round size); its ids only have to fit.
+    if config.tokenizer.scheme == "imported" and tok.vocab_size <= config.model.vocab_size:
+        return tok
     if tok.vocab_size != config.model.vocab_size:
         raise KjaxError(
             f"model.vocab_size={config.model.vocab_size} disagrees with the tokenizer "
@@ -135,7 +149,7 @@ def _shown(path: str) -> str:
 
 # Every file a scheme's tokenizer consists of, by suffix after tokenizer.path.
 TOKENIZER_SUFFIXES = {"sentencepiece": (".model", ".vocab"), "morph-sp": (".model", ".vocab"),
-                      "multihot": (".multihot.txt", ".multihot.txt.json")}
+                      "multihot": (".multihot.txt", ".multihot.txt.json"), "imported": ("",)}
 
 
 @contextlib.contextmanager

@@ -28,6 +28,13 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 NUM_SPECIAL = len(SPECIAL_TOKENS)
 TOKEN_ARRAYS = ("ids", "morph", "inpos", "tag", "eojeol")
 WORD_START = "\u2581"  # sentencepiece's ▁: this piece starts a whitespace word
+KJAX_SPECIAL_IDS = {"pad": PAD, "unk": UNK, "cls": CLS, "sep": SEP, "mask": MASK}
+
+
+def special_ids(tokenizer) -> dict[str, int]:
+    """pad/unk/cls/sep/mask ids of `tokenizer`: kjax's fixed ones, or those of
+    an imported vocabulary (kjax/tokens/imported.py), which keeps its own."""
+    return getattr(tokenizer, "special_ids", None) or KJAX_SPECIAL_IDS
 
 
 def train_sentencepiece(sentences: Iterable[str], model_prefix: str, vocab_size: int,

@@ -1,0 +1,99 @@
+"""Issue 14 item 5: `kjax import --hf DIR` keeps the folder's tokenizer
+(tokenizer.json, or vocab.txt) as tokenizer.scheme='imported', whose ids are
+the transformers tokenizer's own; fine-tuning builds its rows with the
+vocabulary's special ids. Tiny random models built by transformers, offline."""
+import json
+import os
+
+import pytest
+import torch
+from tokenizers import BertWordPieceTokenizer
+from transformers import AutoTokenizer, BertConfig, BertForPreTraining
+
+from conftest import DEMO_CONFIG
+from kjax.config import load_config
+from kjax.errors import KjaxError
+from kjax.export import hf_import as hi
+from kjax.finetune.features import Encoder
+from kjax.finetune.tasks import Example
+from kjax.tokens.factory import load_tokenizer
+
+CORPUS = ["대한민국은 민주공화국이다.", "대한민국의 주권은 국민에게 있고, 모든 권력은 국민으로부터 나온다.",
+          "국민 정부 서울 부산 철수 영희 그리고 이 법 제 조 항 및 등 의 는 에 를 수 있다",
+          "헌법 제1조 2항: 모든 국민은 법 앞에 평등하다!", "KLUE 2021 데이터셋 (dev)"]
+KOREAN = CORPUS + ["처음 보는 낱말들: 꿹뷁 똠얌꿍 🙂", "  앞뒤 공백과   여러 칸  ", "",
+                   "서울에서 부산까지 KTX로 2시간 30분 걸린다고 철수가 말했다."]
+SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def wordpiece_folder(path, with_json: bool) -> int:
+    """A BERT-style tokenizer folder whose specials are NOT kjax's ids 0..4
+    ([PAD] 0, [UNK] [CLS] [SEP] [MASK] last, as mBERT's 100..103 are not
+    1..4). with_json: tokenizer.json (save_pretrained); else vocab.txt +
+    tokenizer_config.json only (KoELECTRA's hub layout)."""
+    trained = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
+    trained.train_from_iterator(CORPUS * 5, vocab_size=150, min_frequency=1,
+                                show_progress=False)
+    vocab = sorted(trained.get_vocab().items(), key=lambda kv: kv[1])
+    words = [w for w, _ in vocab if w not in SPECIALS + ["[PAD]"]]
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(["[PAD]", *words, *SPECIALS]) + "\n")
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"do_lower_case": False, "strip_accents": False,
+                   "tokenizer_class": "BertTokenizer"}, f)
+    if with_json:   # transformers' own conversion, saved as a fast tokenizer
+        AutoTokenizer.from_pretrained(path).save_pretrained(path)
+        os.remove(os.path.join(path, "vocab.txt"))
+    return len(words) + 5
+
+
+@pytest.mark.parametrize("with_json", [True, False], ids=["tokenizer.json", "vocab.txt"])
+def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
+    n = wordpiece_folder(tmp_path / "hf", with_json)
+    torch.manual_seed(0)
+    BertForPreTraining(BertConfig(vocab_size=n, hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=4, intermediate_size=37,
+                                  max_position_embeddings=40)).save_pretrained(tmp_path / "hf")
+    want = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
+    assert report["tokenizer"] == str(tmp_path / "w" / "tokenizer.json")
+    config = load_config(report["config"])          # the written config reads it back
+    assert config.tokenizer.scheme == "imported" and config.tokenizer.path == report["tokenizer"]
+    tok = load_tokenizer(config)
+    assert tok.special_ids == {"pad": 0, "unk": n - 4, "cls": n - 3, "sep": n - 2, "mask": n - 1}
+    for text in KOREAN:
+        got = tok.encode(text)
+        assert got["ids"].tolist() == want(text, add_special_tokens=False)["input_ids"], text
+        assert (got["tag"] == 0).all() and got["morph"].tolist() == got["eojeol"].tolist()
+    got = tok.encode("대한민국은 민주공화국이다.")   # eojeol from the offsets' whitespace
+    pieces = [tok.id_to_token(i) for i in got["ids"]]
+    second = pieces.index(next(p for p in pieces[1:] if not p.startswith("##")))
+    assert got["eojeol"][0] == 0 and got["eojeol"][second] == 1 and got["inpos"][second] == 0
+    # fine-tuning rows: [CLS] a [SEP] b [SEP] with the vocabulary's own ids, padded with [PAD]
+    feats = Encoder(tok, "pair", ["x"], 24).encode([Example("g", KOREAN[0], KOREAN[1], "x")])
+    row = want(KOREAN[0], KOREAN[1], truncation="longest_first", max_length=24,
+               padding="max_length")
+    assert feats.input_ids[0].tolist() == row["input_ids"]
+    assert feats.token_type_ids[0].tolist() == row["token_type_ids"]
+    assert feats.attention_mask[0].tolist() == row["attention_mask"]
+
+
+def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
+    from kjax.objectives import check_config
+    from kjax.tokens.factory import train_tokenizer
+    config = load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
+                                       f"--config.tokenizer.path={tmp_path}/none.json"])
+    with pytest.raises(KjaxError, match="not trained by kjax"):
+        train_tokenizer(config)
+    with pytest.raises(KjaxError, match="imported tokenizer .* not found"):
+        load_tokenizer(config)
+    for mode in ("multihot", "merged", "shared_position"):   # they need morphemes / POS
+        bad = load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
+                                        f"--config.model.input_mode={mode}"])
+        with pytest.raises(KjaxError, match="tokenizer.scheme"):
+            check_config(bad)
+    (tmp_path / "bad.json").write_text("{}")
+    config.tokenizer.path = str(tmp_path / "bad.json")
+    with pytest.raises(KjaxError, match="not a tokenizers tokenizer.json"):
+        load_tokenizer(config)
