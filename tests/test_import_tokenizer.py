@@ -88,6 +88,12 @@ def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
         train_tokenizer(config)
     with pytest.raises(KjaxError, match="imported tokenizer .* not found"):
         load_tokenizer(config)
+    from kjax.pretrain.prepare import pretraining_tokenizer   # masking needs kjax's [MASK]
+    with pytest.raises(KjaxError, match="cannot be pretrained on by kjax yet"):
+        pretraining_tokenizer(config)
+    with pytest.raises(KjaxError, match="needs POS tags"):   # pretraining B from POS pairs
+        check_config(load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
+                                               "--config.shake.variant=pos"]))
     for mode in ("multihot", "merged", "shared_position"):   # they need morphemes / POS
         bad = load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
                                         f"--config.model.input_mode={mode}"])

@@ -68,9 +68,9 @@ def validate_model(c) -> None:
 
 def validate_shake(c) -> None:
     k = c.shake
-    if k.variant == "pos" and c.tokenizer.scheme == "sentencepiece":
+    if k.variant == "pos" and c.tokenizer.scheme in ("sentencepiece", "imported"):
         raise KjaxError("shake.variant='pos' needs POS tags: set tokenizer.scheme='morph-sp' "
-                        "or 'multihot' (plain sentencepiece has none)")
+                        f"or 'multihot' ({c.tokenizer.scheme} has none)")
     if shaking_enabled(c) and k.variant == "none":
         raise KjaxError("model.shake_factor is non-zero but shake.variant='none' gives no B; "
                         "set shake.variant to 'pos' or 'random'")

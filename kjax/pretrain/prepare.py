@@ -64,7 +64,7 @@ class ChunkWorker:
 
     def __init__(self, config, out_dir: str | None = None):
         self.config, self.out_dir = config, out_dir or config.data.dir
-        self.tokenizer = load_tokenizer(config)
+        self.tokenizer = pretraining_tokenizer(config)
         self.splitter = None
         if config.data.split_sentences:
             from kjax.morph.analyzer import KoreanAnalyzer
@@ -191,10 +191,20 @@ def corpus_sources(config) -> list:
     return resolve_corpus(d.corpus, d.tfds_data_dir or None)
 
 
+def pretraining_tokenizer(config):
+    """The tokenizer of the examples; an imported vocabulary is refused: its
+    [MASK] and other specials are not kjax's fixed ids 0..4, which masking uses."""
+    if config.tokenizer.scheme == "imported":
+        raise KjaxError("tokenizer.scheme='imported' (a transformers folder's vocabulary) "
+                        "cannot be pretrained on by kjax yet: fine-tune the imported model "
+                        "with `kjax finetune`, or pretrain with a kjax tokenizer scheme")
+    return load_tokenizer(config)
+
+
 def check_inputs(config, sources) -> None:
     """Fail fast, before any work: tokenizer present and matching, >= 2 documents."""
     d = config.data
-    load_tokenizer(config)
+    pretraining_tokenizer(config)
     if len(list(itertools.islice(iter_documents(sources, None, d.document_per_file), 2))) < 2:
         raise KjaxError(f"data.corpus ({d.corpus}) has fewer than 2 documents; NSP needs "
                         f"at least 2 (separate documents with a blank line)")
