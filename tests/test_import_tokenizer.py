@@ -103,3 +103,48 @@ def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
     config.tokenizer.path = str(tmp_path / "bad.json")
     with pytest.raises(KjaxError, match="not a tokenizers tokenizer.json"):
         load_tokenizer(config)
+
+
+def electra_small_folder(path) -> "torch.nn.Module":
+    """A KoELECTRA-small-shaped discriminator (embedding_size 16 < hidden 32,
+    so `embeddings_project` exists) with its own tokenizer, noise on every
+    weight so that a dropped projection or a swapped tensor shows."""
+    from transformers import ElectraConfig, ElectraForPreTraining
+    n = wordpiece_folder(path, with_json=False)
+    torch.manual_seed(3)
+    model = ElectraForPreTraining(ElectraConfig(
+        vocab_size=n, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=37, max_position_embeddings=40))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(path)
+    return model.eval()
+
+
+def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
+    from kjax.export import hf_export as hx
+    from kjax.model.config import EncoderConfig
+    model = electra_small_folder(tmp_path / "hf")
+    report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
+    config = load_config(report["config"])
+    assert config.model.embedding_size == 16 and config.model.hidden_size == 32
+    assert "electra.embeddings_project.weight" not in report["unused_source_tensors"]
+    params, _ = hx.restore_params(config, str(tmp_path / "w"))
+    assert params["embeddings"]["word_embeddings"]["embedding"].shape == (model.config.vocab_size, 16)
+    assert params["embeddings"]["embeddings_project"]["kernel"].shape == (16, 32)
+    enc = EncoderConfig.from_config(config.model)
+    tok = load_tokenizer(config)     # the folder's vocab.txt, imported
+    feats = Encoder(tok, "pair", ["x"], 32).encode(
+        [Example("a", KOREAN[0], KOREAN[1], "x"), Example("b", KOREAN[3], None, "x")])
+    inputs = {"input_ids": feats.input_ids, "token_type_ids": feats.token_type_ids,
+              "attention_mask": feats.attention_mask}
+    got = hx.jax_outputs(params, enc, inputs)
+    with torch.no_grad():
+        out = model(**{k: torch.as_tensor(v).long() for k, v in inputs.items()},
+                    output_hidden_states=True)
+    diffs = hx.max_abs_diffs({"hidden": got["hidden"]},
+                             {"hidden": out.hidden_states[-1].numpy()}, inputs["attention_mask"])
+    assert diffs["hidden"] <= 1e-5, diffs
+    with pytest.raises(KjaxError, match="no embedding projection"):   # not exported (yet)
+        hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))

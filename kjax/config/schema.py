@@ -117,6 +117,10 @@ MODEL = {
                 choices=ARCHS),
     "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
     "hidden_size": at_least(1, 768, "width of every layer (H)"),
+    "embedding_size": at_least(0, 0, "width of the token/position/type embeddings (E), projected "
+                               "to hidden_size after their LayerNorm (ELECTRA's "
+                               "embeddings_project; KoELECTRA-small: 128 vs 256); 0: hidden_size. "
+                               "arch bert only"),
     "num_layers": at_least(1, 12, "transformer layers"),
     "num_heads": at_least(1, 12, "attention heads per layer (hidden_size must divide by it)"),
     "intermediate_size": at_least(1, 3072, "FFN width"),

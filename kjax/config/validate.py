@@ -60,6 +60,15 @@ def validate_model(c) -> None:
                         f"{m.num_layers} layers; give one per layer or ()")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in per_layer):
         raise KjaxError(f"model.shake_factor_per_layer={tuple(per_layer)}: give numbers")
+    if m.embedding_size not in (0, m.hidden_size):
+        if m.arch != "bert":
+            raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size) needs "
+                            f"model.arch='bert'; set model.embedding_size=0")
+        k = c.knowledge
+        if k.hypernym_weight > 0 or k.sense_weight > 0 or k.verb_weight > 0:
+            raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size): the "
+                            f"knowledge heads read hidden_size-wide embeddings; set the "
+                            f"knowledge weights to 0 or model.embedding_size=0")
     if m.attention_impl in ("dot_product", "flash") and m.attention_dropout_rate > 0:
         raise KjaxError(f"model.attention_impl={m.attention_impl!r} has no attention dropout "
                         f"(training would run the explicit path): set "

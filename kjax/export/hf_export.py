@@ -286,6 +286,10 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     from kjax.tokens.factory import local_tokenizer
     input_mode(config).export_check(config)   # a mode transformers cannot run: one line
     enc = EncoderConfig.from_config(config.model)
+    if enc.projects_embeddings:   # BertConfig has no embedding_size / embeddings_project
+        raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: kjax export "
+                        f"writes BERT, which has no embedding projection; such models (ELECTRA-"
+                        f"small style) are not exported yet")
     params, step = restore_params(config, workdir, step)
     # transformers writes and reads local folders: a gs:// --out is written to a
     # local folder first and uploaded once verified (kjax/paths.py).

@@ -11,7 +11,8 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
   right-padded input; only the (masked) pad rows differ, as RoBERTa gives
   those position padding_idx.
 - ELECTRA discriminator: the encoder only (its replaced-token head is not a
-  kjax head); embedding_size must equal hidden_size (kjax has no projection).
+  kjax head); an embedding_size below hidden_size (KoELECTRA-small) becomes
+  model.embedding_size, with `embeddings_project` after the embeddings' LayerNorm.
 - kjax multi-hot (model_type "kjax_multihot", written by `kjax export`): BERT
   plus E_inpos/E_postag; the config becomes input_mode='multihot', and a
   one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
@@ -63,14 +64,11 @@ def read_hf_config(hf_dir: str) -> dict:
               "position_embedding_type": (hf.get("position_embedding_type", "absolute"),
                                           "absolute"),
               "is_decoder": (hf.get("is_decoder", False), False)}
-    if kind == "electra":
-        checks["embedding_size"] = (hf.get("embedding_size", hf["hidden_size"]),
-                                    hf["hidden_size"])
     for key, (have, want) in checks.items():
         if have != want:
             raise KjaxError(f"{path}: {key}={have!r}, but a kjax encoder needs {want!r} "
-                            f"(exact erf GELU, learned absolute positions, no embedding "
-                            f"projection); this model cannot be imported exactly")
+                            f"(exact erf GELU, learned absolute positions, an encoder); "
+                            f"this model cannot be imported exactly")
     return hf
 
 
@@ -102,6 +100,8 @@ def encoder_config(hf: dict, scan_layers: bool) -> EncoderConfig:
     offset = position_offset(hf)
     return EncoderConfig(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+        embedding_size=(0 if hf.get("embedding_size", hf["hidden_size"]) == hf["hidden_size"]
+                        else hf["embedding_size"]),    # ELECTRA-small: E < H, projected
         num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
         intermediate_size=hf["intermediate_size"],
         max_position_embeddings=hf["max_position_embeddings"] - offset,
@@ -161,6 +161,9 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
     extra = mx.MULTIHOT_EMBEDDINGS if mx.is_multihot(enc) else ()
     for name, path, kind in EMBEDDINGS + extra:
         _set(params, path, take(f"{prefix}.{name}", kind))
+    if enc.projects_embeddings:   # ELECTRA's embeddings_project (beside `embeddings`)
+        _set(params, ("embeddings", "embeddings_project"),
+             take(f"{prefix}.embeddings_project", "dense"))
     table = params["embeddings"]["position_embeddings"]["embedding"]
     offset = position_offset(hf)
     params["embeddings"]["position_embeddings"]["embedding"] = table[offset:]
@@ -213,7 +216,7 @@ def kjax_config(base, enc: EncoderConfig, name: str):
     config = copy.deepcopy(base)
     m = config.model
     for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                "max_position_embeddings", "type_vocab_size", "dropout_rate",
+                "max_position_embeddings", "type_vocab_size", "dropout_rate", "embedding_size",
                 "attention_dropout_rate", "layer_norm_eps", "initializer_range", "scan_layers",
                 "input_mode", "num_pos_tags", "max_tokens_per_morpheme"):
         m[key] = getattr(enc, key)

@@ -16,6 +16,7 @@ class EncoderConfig:
     arch: str = "bert"                 # bert (encoder.py) | modern (modern.py)
     vocab_size: int = 32000
     hidden_size: int = 768
+    embedding_size: int = 0           # E of the embedding tables; 0: hidden_size (ELECTRA-small: E < H)
     num_layers: int = 12
     num_heads: int = 12
     intermediate_size: int = 3072
@@ -44,6 +45,15 @@ class EncoderConfig:
     global_attn_every_n_layers: int = 3
     # Eq. 1 boost factor: one value per layer (all equal for a scalar bf).
     shake_factor: tuple[float, ...] = ()
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the embedding tables (projected to hidden_size when it differs)."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def projects_embeddings(self) -> bool:
+        return self.embed_dim != self.hidden_size
 
     @property
     def head_dim(self) -> int:

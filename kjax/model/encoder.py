@@ -38,7 +38,7 @@ class Embeddings(nn.Module):
         cfg = self.config
 
         def table(n, axes, name):
-            return nn.Embed(n, cfg.hidden_size, dtype=cfg.compute_dtype,
+            return nn.Embed(n, cfg.embed_dim, dtype=cfg.compute_dtype,
                             param_dtype=cfg.weight_dtype, name=name,
                             embedding_init=kernel_init(cfg, axes))
 
@@ -50,6 +50,9 @@ class Embeddings(nn.Module):
         self.morpheme_tables(table)
         self.layer_norm = layer_norm(cfg, "layer_norm")
         self.dropout = nn.Dropout(cfg.dropout_rate)
+        if cfg.projects_embeddings:   # ELECTRA's embeddings_project: E → H after the LayerNorm
+            self.embeddings_project = dense(cfg, cfg.hidden_size, (None, "embed"),
+                                            "embeddings_project")
 
     def morpheme_tables(self, table):
         """E_inpos and E_postag where the input mode's embedding path has them
@@ -63,7 +66,7 @@ class Embeddings(nn.Module):
             near_one = lambda key, shape, dtype: 1.0 + nn.initializers.truncated_normal(  # noqa
                 cfg.initializer_range)(key, shape, dtype)
             self.inpos_embeddings = nn.Embed(
-                cfg.max_tokens_per_morpheme, cfg.hidden_size, dtype=cfg.compute_dtype,
+                cfg.max_tokens_per_morpheme, cfg.embed_dim, dtype=cfg.compute_dtype,
                 param_dtype=cfg.weight_dtype, name="inpos_embeddings",
                 embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
@@ -78,7 +81,10 @@ class Embeddings(nn.Module):
             self.token_type_embeddings(token_type_ids)
         if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
-        return self.dropout(self.layer_norm(x), deterministic=self.deterministic), x
+        out = self.dropout(self.layer_norm(x), deterministic=self.deterministic)
+        if self.config.projects_embeddings:
+            out = self.embeddings_project(out)
+        return out, x
 
     def morpheme_vectors(self, multihot, num_positions):
         """T_k = Σ_i E_tok[t_i] ⊙ E_inpos[i] over the tokens of morpheme k (Eq. 3),
@@ -177,7 +183,8 @@ class BertForPreTraining(nn.Module):
         self.embeddings = Embeddings(cfg, self.deterministic)
         self.encoder = Encoder(cfg, self.deterministic, self.return_analysis)
         self.pooler = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "pooler")
-        self.mlm_transform = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "mlm_transform")
+        # To the embedding width: the decoder is tied to E_word (ELECTRA's generator head).
+        self.mlm_transform = dense(cfg, cfg.embed_dim, ("embed", "mlp"), "mlm_transform")
         self.mlm_layer_norm = layer_norm(cfg, "mlm_layer_norm")
         self.mlm_bias = self.param("mlm_bias", zeros_init(("vocab",)), (cfg.vocab_size,),
                                    cfg.weight_dtype)
