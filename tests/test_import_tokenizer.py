@@ -148,3 +148,27 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     assert diffs["hidden"] <= 1e-5, diffs
     with pytest.raises(KjaxError, match="no embedding projection"):   # not exported (yet)
         hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_finetune_from_an_imported_electra_with_its_tokenizer_learns(tmp_path):
+    """`kjax import` → `kjax finetune --init W` with W/kjax_config.py: the
+    imported vocabulary tokenizes the task, the imported encoder learns it."""
+    import glob
+    from kjax.cli import main
+    from test_finetune import FT, synthetic, write_jsonl
+    electra_small_folder(tmp_path / "hf")
+    w = str(tmp_path / "w")
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", w]) == 0
+    train = write_jsonl(tmp_path / "train.jsonl", synthetic("classify", 64, 0))
+    dev = write_jsonl(tmp_path / "dev.jsonl", synthetic("classify", 32, 1))
+    out = str(tmp_path / "ft")
+    assert main(["finetune", "--config", os.path.join(w, "kjax_config.py"), "--init", w,
+                 "--task", "classify", "--train", train, "--dev", dev, "--out", out,
+                 *[f"--config.{x}" for x in FT]]) == 0
+    [metrics] = glob.glob(os.path.join(out, "**", "metrics.json"), recursive=True)
+    with open(metrics, encoding="utf-8") as f:
+        result = json.load(f)
+    dev_scores = result["results"]["+0"]["dev"]
+    assert dev_scores["macro_f1"] >= 0.9, dev_scores
+    assert result["baseline"]["dev"]["macro_f1"] < 0.65
