@@ -77,6 +77,17 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     assert feats.input_ids[0].tolist() == row["input_ids"]
     assert feats.token_type_ids[0].tolist() == row["token_type_ids"]
     assert feats.attention_mask[0].tolist() == row["attention_mask"]
+    # kjax inspect reads it; kjax export writes it back as the fast tokenizer it was
+    from kjax.cli.inspect import inspect_text
+    from kjax.export.hf_export import export_checkpoint
+    shown = inspect_text(KOREAN[0], config, tok)
+    assert shown["scheme"] == "imported"
+    assert [r["id"] for r in shown["tokens"]] == want(KOREAN[0], add_special_tokens=False)[
+        "input_ids"]
+    export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))
+    back = AutoTokenizer.from_pretrained(tmp_path / "out")
+    for text in KOREAN:
+        assert back(text, "국민")["input_ids"] == want(text, "국민")["input_ids"], text
 
 
 def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):

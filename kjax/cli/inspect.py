@@ -35,7 +35,7 @@ from kjax.knowledge.targets import knowledge_targets
 from kjax.morph.analyzer import KoreanAnalyzer
 from kjax.morph.tags import TAGS, pos_class
 from kjax.shake.matrix import pos_pairs, random_pairs, tag_weights
-from kjax.tokens.sentencepiece import CLS, SEP, UNK
+from kjax.tokens.sentencepiece import UNK, special_ids
 from kjax.tokens.stats import piece_spans
 
 
@@ -44,16 +44,17 @@ def encode(text: str, config, tokenizer) -> dict:
     analyzer = getattr(tokenizer, "analyzer", None) or KoreanAnalyzer()
     analysed = analyzer.prepare(text)
     morphemes = analyzer.analyze(analysed)
-    if tokenizer.scheme == "sentencepiece":
+    if not hasattr(tokenizer, "encode_morphemes"):   # sentencepiece, imported: no morphemes
         arrays = tokenizer.encode(analysed)
     else:
         arrays = tokenizer.encode_morphemes(morphemes)
     n = len(arrays["ids"])
     around = lambda a, edge: np.concatenate([[edge], a, [edge]]).astype(np.int32)  # noqa: E731
-    example = {"input_ids": around(arrays["ids"], CLS), "token_type_ids": np.zeros(n + 2, np.int32),
+    specials = special_ids(tokenizer)   # an imported vocabulary keeps its own ids
+    example = {"input_ids": around(arrays["ids"], specials["cls"]), "token_type_ids": np.zeros(n + 2, np.int32),
                "word_ids": around(arrays["eojeol"], -1), "morph_ids": around(arrays["morph"], -1),
                "inpos": around(arrays["inpos"], 0), "tags": around(arrays["tag"], 0)}
-    example["input_ids"][-1] = SEP
+    example["input_ids"][-1] = specials["sep"]
     return {"text": analysed, "morphemes": morphemes,
             "tokens": [tokenizer.id_to_token(i) for i in arrays["ids"]], **arrays,
             "example": example}

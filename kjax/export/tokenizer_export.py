@@ -320,6 +320,17 @@ def export_kiwi(cls, vocab_file: str, out_dir: str, model_max_length: int):
     return tok
 
 
+def export_imported(path: str, out_dir: str, limit: int) -> None:
+    """An imported vocabulary (kjax import) back as the fast tokenizer it came
+    from: its tokenizer.json (post-processor included) and its specials."""
+    from transformers import PreTrainedTokenizerFast
+    from kjax.tokens.imported import ImportedTokenizer
+    tok = ImportedTokenizer(path)
+    names = {f"{role}_token": tok.id_to_token(i) for role, i in tok.special_ids.items()}
+    PreTrainedTokenizerFast(tokenizer_object=tok.tk, model_max_length=limit,
+                            **names).save_pretrained(out_dir)
+
+
 def export_tokenizer(config, out_dir: str, shown_as: str | None = None) -> dict:
     """The configured scheme's tokenizer into `out_dir`; returns what the
     model card and kjax_export.json say about it (naming the folder
@@ -332,6 +343,10 @@ def export_tokenizer(config, out_dir: str, shown_as: str | None = None) -> dict:
         raise KjaxError(f"tokenizer {path!r} (tokenizer.path) not found; pass the config the "
                         f"model was trained with, or run `kjax tokenizer train` for it")
     limit = config.model.max_position_embeddings
+    if scheme == "imported":
+        export_imported(path, out_dir, limit)
+        return {"scheme": scheme, "class": "PreTrainedTokenizerFast (tokenizer.json)",
+                "usage": f"tokenizer = AutoTokenizer.from_pretrained({shown_as or out_dir!r})"}
     if scheme == "sentencepiece":
         export_sentencepiece(path, out_dir, limit)
         return {"scheme": scheme, "class": "PreTrainedTokenizerFast (tokenizer.json)",
