@@ -313,6 +313,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
     assert "trust_remote_code=True" in open(os.path.join(out, "README.md")).read()
     printed = run_model_card(out)
     assert "torch.Size([1, 3])" in printed           # the classification head's logits
+    assert "QA start logits: torch.Size([1, " in printed   # ... and a QA head's
     mlm = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True).eval()
     batch = AutoTokenizer.from_pretrained(out, trust_remote_code=True).multihot_inputs(
         ["나는 학교에서 보았다"], return_tensors="pt")
@@ -366,6 +367,7 @@ def test_cli_export_and_import_round_trip(prepared, tmp_path):
     assert "step 6" in card and "mlm_accuracy" in card and "konlpy" in card
     printed = run_model_card(out)
     assert "torch.Size([1, 3])" in printed and printed.count("[") >= 3   # shapes, top-5
+    assert "QA start logits: torch.Size([1, " in printed
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = AutoModelForPreTraining.from_pretrained(out).eval()
     batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],

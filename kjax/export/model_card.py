@@ -31,6 +31,7 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
     tok_remote = ", trust_remote_code=True" if remote_tokenizer else ""
     lines = ["import torch",
              "from transformers import (AutoModel, AutoModelForMaskedLM,",
+             "                          AutoModelForQuestionAnswering,",
              "                          AutoModelForSequenceClassification, AutoTokenizer)",
              "",
              f"folder = {folder!r}",
@@ -67,7 +68,12 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
               "classifier = AutoModelForSequenceClassification.from_pretrained(",
               f"    folder, num_labels=3{model_remote})",
               "with torch.no_grad():",
-              "    print(classifier(**inputs).logits.shape)           # [1, 3]"]
+              "    print(classifier(**inputs).logits.shape)           # [1, 3]",
+              "# ... or a new extractive-QA head: start/end logits per "
+              + ("morpheme position" if multihot else "token"),
+              f"qa = AutoModelForQuestionAnswering.from_pretrained(folder{model_remote})",
+              "with torch.no_grad():",
+              "    print(\"QA start logits:\", qa(**inputs).start_logits.shape)"]
     return lines
 
 

@@ -40,6 +40,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 from transformers.models.bert.modeling_bert import (BertEmbeddings, BertEncoder,
                                                     BertForMaskedLM, BertForPreTraining,
                                                     BertForPreTrainingOutput,
+                                                    BertForQuestionAnswering,
                                                     BertForSequenceClassification, BertModel,
                                                     BertOnlyMLMHead, BertPooler,
                                                     BertPreTrainedModel, BertPreTrainingHeads)
@@ -191,7 +192,23 @@ class KjaxMultihotForSequenceClassification(BertForSequenceClassification):
         self.post_init()
 
 
+class KjaxMultihotForQuestionAnswering(BertForQuestionAnswering):
+    """The multi-hot encoder with BERT's span head: start/end logits per
+    position (morpheme), a new head to fine-tune. `start_positions` /
+    `end_positions` are morpheme positions (kjax fine-tuning maps an answer's
+    characters to them: kjax/finetune/features.py apply_input_mode)."""
+    config_class = KjaxMultihotConfig
+
+    def __init__(self, config):
+        BertPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.bert = KjaxMultihotModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
 AUTO_MAP = {"AutoConfig": "KjaxMultihotConfig", "AutoModel": "KjaxMultihotModel",
             "AutoModelForPreTraining": "KjaxMultihotForPreTraining",
             "AutoModelForMaskedLM": "KjaxMultihotForMaskedLM",
-            "AutoModelForSequenceClassification": "KjaxMultihotForSequenceClassification"}
+            "AutoModelForSequenceClassification": "KjaxMultihotForSequenceClassification",
+            "AutoModelForQuestionAnswering": "KjaxMultihotForQuestionAnswering"}

@@ -1,0 +1,77 @@
+"""Issue 14 item 1 (export): every kind of folder `kjax export` writes — a plain
+BERT, a shaken BERT (Eq. 1 via attn_implementation="kjax_shake"), a multi-hot
+UKnowBERT (remote code) and a modern-recipe ModernBERT — loads as a
+sequence classifier AND as an extractive-QA model through transformers' Auto
+classes, with the exported encoder inside (only the new head is missing) and
+the head's logits of the right shape."""
+import numpy as np
+import pytest
+import torch
+from transformers import (AutoModel, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification)
+
+from kjax.export import hf_export as hx
+from kjax.export import modernbert_export as me
+from kjax.export.torch_shake import ATTN_IMPLEMENTATION
+from test_export import random_params, tiny_encoder, tiny_multihot
+
+KINDS = ["onehot", "shaken", "multihot", "modern"]
+HEADS = {AutoModelForSequenceClassification: ("classifier",),
+         AutoModelForQuestionAnswering: ("qa_outputs", "classifier")}
+
+
+def exported(kind: str, out: str):
+    """(load kwargs, torch inputs, kjax's hidden states or None, encoder key prefix)."""
+    if kind == "modern":
+        from test_modern import TINY
+        from test_modern import random_params as modern_params
+        me.write_modernbert(modern_params(TINY), TINY, out)
+        rng = np.random.default_rng(1)
+        mask = np.ones((2, 20), np.int64)
+        mask[1, 13:] = 0
+        inputs = {"input_ids": rng.integers(5, 100, (2, 20)), "attention_mask": mask}
+        return {}, inputs, None, "model."
+    enc = {"onehot": tiny_encoder, "multihot": tiny_multihot,
+           "shaken": lambda: tiny_encoder(shake_factor=(0.3, 0.3))}[kind]()
+    params = random_params(enc, seed=5)
+    hx.write_hf_model(params, enc, out)
+    inputs = hx.sample_inputs(enc)
+    kwargs = {"multihot": {"trust_remote_code": True},
+              "shaken": {"attn_implementation": ATTN_IMPLEMENTATION}}.get(kind, {})
+    return kwargs, inputs, hx.jax_outputs(params, enc, inputs)["hidden"], "bert."
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_export_loads_as_a_classifier_and_a_qa_model(tmp_path, kind):
+    kwargs, inputs, kjax_hidden, prefix = exported(kind, str(tmp_path))
+    batch = {k: torch.as_tensor(np.asarray(v), dtype=torch.long) for k, v in inputs.items()}
+    mask = np.asarray(inputs["attention_mask"])
+    with torch.no_grad():
+        plain = AutoModel.from_pretrained(tmp_path, **kwargs).eval()(**batch).last_hidden_state
+    for auto, head in HEADS.items():
+        model, info = auto.from_pretrained(tmp_path, num_labels=3 if "Sequence" in auto.__name__
+                                           else 2, output_loading_info=True, **kwargs)
+        model.eval()
+        # only the new head is fresh: every encoder tensor came from the export
+        assert not [k for k in info["missing_keys"] if k.startswith(prefix)], info
+        assert {k.split(".")[0] for k in info["missing_keys"]} <= set(head), info
+        with torch.no_grad():
+            hidden = model.base_model(**batch).last_hidden_state
+            out = model(**batch)
+        np.testing.assert_array_equal(hidden.numpy()[mask > 0], plain.numpy()[mask > 0])
+        if kjax_hidden is not None:   # ... and it is kjax's encoder (≤ 1e-5 in fp32)
+            diffs = hx.max_abs_diffs({"hidden": hidden.numpy()}, {"hidden": kjax_hidden}, mask)
+            assert diffs["hidden"] <= 1e-5, diffs
+        if auto is AutoModelForQuestionAnswering:
+            assert out.start_logits.shape == out.end_logits.shape == mask.shape
+        else:
+            assert out.logits.shape == (mask.shape[0], 3)
+        if kind == "shaken":   # Eq. 1 reaches the head: B changes the logits, bf=0 does not
+            b = torch.as_tensor((np.random.default_rng(2).random(
+                mask.shape + mask.shape[-1:]) < 0.3).astype(np.float32))
+            with torch.no_grad():
+                shaken = model(**batch, shake_matrix=b)
+                zero = model(**batch, shake_matrix=b, shake_factor=0.0)
+            first = "start_logits" if auto is AutoModelForQuestionAnswering else "logits"
+            assert not torch.allclose(shaken[first], out[first])
+            assert torch.equal(zero[first], out[first])
