@@ -5,6 +5,7 @@ vocabulary's special ids. Tiny random models built by transformers, offline."""
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 from tokenizers import BertWordPieceTokenizer
@@ -157,8 +158,29 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     diffs = hx.max_abs_diffs({"hidden": got["hidden"]},
                              {"hidden": out.hidden_states[-1].numpy()}, inputs["attention_mask"])
     assert diffs["hidden"] <= 1e-5, diffs
-    with pytest.raises(KjaxError, match="no embedding projection"):   # not exported (yet)
-        hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))
+    # exported back as ELECTRA (BERT has no projection), MLM head = the generator head
+    import jax
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering
+    result = hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"),
+                                  with_heads=True)
+    assert result["architecture"] == "ElectraForMaskedLM"
+    assert max(result["verified_max_abs_diff"].values()) <= 1e-5, result
+    batch = {k: torch.as_tensor(v).long() for k, v in inputs.items()}
+    with torch.no_grad():
+        exported = AutoModel.from_pretrained(tmp_path / "out").eval()(**batch)
+    real = inputs["attention_mask"] > 0
+    np.testing.assert_array_equal(exported.last_hidden_state.numpy()[real],
+                                  out.hidden_states[-1].numpy()[real])
+    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path / "out")).__name__ == \
+        "ElectraForMaskedLM"
+    qa = AutoModelForQuestionAnswering.from_pretrained(tmp_path / "out")
+    assert type(qa).__name__ == "ElectraForQuestionAnswering"
+    back = hi.import_hf(str(tmp_path / "out"), str(tmp_path / "w2"), load_config(DEMO_CONFIG))
+    assert back["initialised"] == ["pooler", "nsp"]     # ELECTRA has neither
+    again, _ = hx.restore_params(load_config(back["config"]), str(tmp_path / "w2"))
+    for name in ("embeddings", "encoder", "mlm_transform", "mlm_layer_norm", "mlm_bias"):
+        for a, b in zip(jax.tree.leaves(again[name]), jax.tree.leaves(params[name])):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
 
 
 @pytest.mark.slow

@@ -162,6 +162,9 @@ def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
 
 
 def architecture(enc: EncoderConfig, with_heads: bool) -> str:
+    if enc.projects_embeddings:   # E < H: written as ELECTRA (electra_export.py)
+        from kjax.export.electra_export import architecture as electra_architecture
+        return electra_architecture(with_heads)
     if mx.is_multihot(enc):
         return mx.architecture(with_heads)
     return "BertForPreTraining" if with_heads else "BertModel"
@@ -286,18 +289,23 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     from kjax.tokens.factory import local_tokenizer
     input_mode(config).export_check(config)   # a mode transformers cannot run: one line
     enc = EncoderConfig.from_config(config.model)
-    if enc.projects_embeddings:   # BertConfig has no embedding_size / embeddings_project
-        raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: kjax export "
-                        f"writes BERT, which has no embedding projection; such models (ELECTRA-"
-                        f"small style) are not exported yet")
+    if enc.projects_embeddings and mx.is_multihot(enc):
+        raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
+                        f"model with an embedding projection has no transformers class yet")
     params, step = restore_params(config, workdir, step)
     # transformers writes and reads local folders: a gs:// --out is written to a
     # local folder first and uploaded once verified (kjax/paths.py).
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
         # the tokenizer first: a missing one fails before the weights are written
         tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
-        keys = write_hf_model(params, enc, local_out, with_heads, dtype)
-        diffs = verify_export(params, enc, local_out, with_heads, dtype) if verify else None
+        if enc.projects_embeddings:   # BERT has no embeddings_project: ELECTRA
+            from kjax.export import electra_export as ee
+            keys = ee.write_electra(params, enc, local_out, with_heads, dtype)
+            diffs = ee.verify_electra(params, enc, local_out, with_heads, dtype) \
+                if verify else None
+        else:
+            keys = write_hf_model(params, enc, local_out, with_heads, dtype)
+            diffs = verify_export(params, enc, local_out, with_heads, dtype) if verify else None
         write_model_card(config, workdir, local_out, step, with_heads, dtype, tokenizer,
                          shown_as=out_dir)
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:

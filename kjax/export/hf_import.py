@@ -144,6 +144,9 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
     if not any(k.startswith(prefix + ".") for k in tensors):
         tensors = {f"{prefix}.{k}" if k.startswith(("embeddings.", "encoder.", "pooler."))
                    else k: v for k, v in tensors.items()}   # saved from the bare model
+    if any(k.startswith("generator_predictions.") for k in tensors):
+        from kjax.export import electra_export as ee   # an ELECTRA generator: its MLM head
+        arch = {**arch, "heads": ee.HEADS, "mlm_bias": ee.MLM_BIAS}
     used: set[str] = set()
 
     def take(name: str, kind: str, required: bool = True):
