@@ -10,6 +10,9 @@ CORE = [
     "grain>=0.2.12,<0.3",
     "array-record>=0.7,<0.9",
     "sentencepiece>=0.2,<0.3",
+    # An imported model's own vocabulary (tokenizer.scheme='imported',
+    # kjax/tokens/imported.py): fine-tuning it needs no torch.
+    "tokenizers>=0.21,<1",
     "kiwipiepy>=0.21,<0.25",
     "ml-collections>=1.0,<2",
     "numpy>=1.26,<3",
