@@ -89,7 +89,18 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     back = AutoTokenizer.from_pretrained(tmp_path / "out")
     for text in KOREAN:
         assert back(text, "국민")["input_ids"] == want(text, "국민")["input_ids"], text
-
+    # QA rows: [CLS] question [SEP] context [SEP] in its ids; the answer's tokens cover it
+    from kjax.finetune.qa import QAEncoder
+    context = KOREAN[1]
+    start = context.index("국민에게")
+    qa = QAEncoder(tok, 40, 16, 12).encode([Example("q", "주권은 누구에게 있나?", context,
+                                                    [(start, "국민")])])
+    ids = qa.input_ids[0]
+    q_ids = tok.encode("주권은 누구에게 있나?")["ids"].tolist()
+    assert ids[0] == tok.special_ids["cls"] and ids[len(q_ids) + 1] == tok.special_ids["sep"]
+    first, last = qa.labels[0]
+    covered = (qa.token_spans[0][first][0], qa.token_spans[0][last][1])
+    assert covered[0] <= start and covered[1] >= start + 2 and first > len(q_ids) + 1
 
 def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
     from kjax.objectives import check_config
