@@ -89,6 +89,15 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     back = AutoTokenizer.from_pretrained(tmp_path / "out")
     for text in KOREAN:
         assert back(text, "국민")["input_ids"] == want(text, "국민")["input_ids"], text
+    # POS shaking: the imported tokens lined up with Kiwi's morphemes (as plain sentencepiece)
+    from kjax.finetune.experiment import finetune_settings, shake_settings
+    from kjax.finetune.features import make_batch
+    pos = Encoder(tok, "pair", ["x"], 40, pos_from_kiwi=True).encode(
+        [Example("p", KOREAN[1], "모든 국민은 법 앞에 평등하다", "x")])
+    assert pos.units["tags"][0].max() > 0 and 0.5 < pos.aligned_tokens <= 1
+    b = np.asarray(make_batch(pos, [0], shake_settings(config, finetune_settings([])))["shake"],
+                   np.float32)
+    assert len(np.nonzero(b[0])[0]) >= 2     # postposition → its substantive pairs (§1.3)
     # QA rows: [CLS] question [SEP] context [SEP] in its ids; the answer's tokens cover it
     from kjax.finetune.qa import QAEncoder
     context = KOREAN[1]
