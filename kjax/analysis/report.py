@@ -226,6 +226,10 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
                         f"texts were read (use 0..{len(texts) - 1})")
     if batch_size < 1:
         raise KjaxError(f"--batch-size {batch_size}: use 1 or more")
+    if config.tokenizer.scheme == "imported":   # kjax/analysis/inputs.py builds kjax's ids
+        raise KjaxError("kjax analyze cannot read an imported vocabulary yet "
+                        "(tokenizer.scheme='imported': its [CLS]/[SEP] are not kjax's ids and "
+                        "it has no POS for the postposition classes)")
     tokenizer = load_tokenizer(config)
     mode = input_mode(config)   # its positions, position ids and model inputs (kjax/inputs)
     items = [text_inputs.encode_text(tokenizer, t, config.data.max_seq_len, mode) for t in texts]
