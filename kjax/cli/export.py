@@ -92,14 +92,16 @@ def register(verbs, add_config) -> None:
         "discriminator, or a kjax multi-hot export) into OUT/checkpoints/0 plus a kjax config "
         "file, for `kjax train`/`kjax finetune` to start from. Nothing is downloaded; weights "
         "are read from safetensors or with torch.load(weights_only=True). --config is the "
-        "base for everything the folder does not say (data, training, tokenizer path). Heads "
+        "base for everything the folder does not say (data, training; the tokenizer when the "
+        "folder has none: its tokenizer.json or vocab.txt is copied to OUT/tokenizer.json, "
+        "tokenizer.scheme='imported'). Heads "
         "the folder lacks are freshly initialised and listed in OUT/import.json. See "
         "docs/EXPORT.md.")
     add_config(im, required=False)
     im.add_argument("--hf", required=True, help="folder with config.json + weights "
                     "(nothing is downloaded)")
     im.add_argument("--out", required=True, help="workdir to create (checkpoints/0, "
-                    "import.json, kjax_config.py)")
+                    "import.json, kjax_config.py, tokenizer.json)")
     im.add_argument("--config-out", default=None,
                     help="where to write the kjax config (default OUT/kjax_config.py)")
     im.set_defaults(handler=run_import)
