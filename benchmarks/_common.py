@@ -136,6 +136,18 @@ def lower_train_step(config):
         return step.jitted.lower(state, batch)
 
 
+def train_step(config):
+    """(step function, state, mesh): the kjax train step for `config`, with
+    freshly initialised state (what the timed benchmarks run)."""
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import init_state, make_model, make_optimizer
+    from kjax.train.step import make_train_step
+    mesh = make_mesh(config)
+    model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
+    state, shardings = init_state(config, mesh, model, tx)
+    return make_train_step(config, mesh, model, tx, shardings), state, mesh
+
+
 def peak_bytes(compiled) -> int:
     """Bytes live at the peak of one compiled step on one device: arguments +
     outputs not aliased to (donated) arguments + temporaries."""

@@ -50,9 +50,7 @@ def main():
     import jax
     import numpy as np
     from kjax.batches.loader import train_dataset
-    from kjax.parallel.mesh import make_mesh, put_batch
-    from kjax.train.state import init_state, make_model, make_optimizer
-    from kjax.train.step import make_train_step
+    from kjax.parallel.mesh import put_batch
 
     base = _common.preset_config(args.data_preset, 128, args.batch)
     seq, preds = base.data.max_seq_len, base.data.max_predictions_per_seq
@@ -67,10 +65,7 @@ def main():
     steps = {}
     for name in args.models.split(","):
         cfg = _common.preset_config(name, seq, args.batch, args.dtype, extra=data[1:])
-        mesh = make_mesh(cfg)
-        model, tx = make_model(cfg, deterministic=False), make_optimizer(cfg.train)
-        state, shardings = init_state(cfg, mesh, model, tx)
-        fn = make_train_step(cfg, mesh, model, tx, shardings)
+        fn, state, mesh = _common.train_step(cfg)
         batch = put_batch(_common.synthetic_batch(cfg, np.random.default_rng(0)), mesh)
         state, m = fn(state, batch)
         jax.block_until_ready(m)

@@ -68,9 +68,7 @@ def main():
     import jax
     import numpy as np
     from kjax.batches.loader import train_dataset
-    from kjax.parallel.mesh import make_mesh, put_batch
-    from kjax.train.state import init_state, make_model, make_optimizer
-    from kjax.train.step import make_train_step
+    from kjax.parallel.mesh import put_batch
 
     base = config(args)
     seq = base.data.max_seq_len
@@ -83,10 +81,7 @@ def main():
         "--config.model.vocab_size=32000", "--config.model.shake_factor=0.3",
         "--config.shake.variant=pos", f"--config.shake.layout={args.layout}",
         f"--config.data.max_predictions_per_seq={base.data.max_predictions_per_seq}"])
-    mesh = make_mesh(step_cfg)
-    model, tx = make_model(step_cfg, deterministic=False), make_optimizer(step_cfg.train)
-    state, shardings = init_state(step_cfg, mesh, model, tx)
-    fn = make_train_step(step_cfg, mesh, model, tx, shardings)
+    fn, state, mesh = _common.train_step(step_cfg)
     batch = put_batch(_common.synthetic_batch(step_cfg, np.random.default_rng(0)), mesh)
     state, m = fn(state, batch)
     jax.block_until_ready(m)

@@ -50,17 +50,6 @@ def prepared(config):
     return prepare(config, progress=False)
 
 
-def trainer(config):
-    """(step function, state, mesh) of the kjax train step for `config`."""
-    from kjax.parallel.mesh import make_mesh
-    from kjax.train.state import init_state, make_model, make_optimizer
-    from kjax.train.step import make_train_step
-    mesh = make_mesh(config)
-    model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
-    state, shardings = init_state(config, mesh, model, tx)
-    return make_train_step(config, mesh, model, tx, shardings), state, mesh
-
-
 def count_params(state) -> int:
     import jax
     return sum(x.size for x in jax.tree.leaves(state["params"]))
@@ -77,7 +66,7 @@ def run_arch(args):
         cfg = demo_config(extra)
         if not sides:
             prepared(cfg)
-        fn, state, mesh = trainer(cfg)
+        fn, state, mesh = _common.train_step(cfg)
         sides[name] = {"cfg": cfg, "fn": fn, "state": state, "mesh": mesh, "tokens": 0,
                        "time": 0.0, "it": iter(train_dataset(cfg)), "params": count_params(state)}
         state, m = fn(state, put_batch(next(sides[name]["it"]), mesh))   # compile
@@ -160,7 +149,7 @@ def run_peer(args):
                                  f"{round(0.3 * args.seq)}"])
     enc = EncoderConfig.from_config(cfg.model)
     batch = _common.synthetic_batch(cfg, np.random.default_rng(0))
-    fn, state, mesh = trainer(cfg)
+    fn, state, mesh = _common.train_step(cfg)
     device_batch = put_batch(batch, mesh)
     state, m = fn(state, device_batch)
     jax.block_until_ready(m)
@@ -207,7 +196,7 @@ def run_packing(args):
     sides, meta = {}, prepared(demo_config(paragraphs))
     for packing in (False, True):
         cfg = demo_config({**paragraphs, "train.packing": packing})
-        fn, state, mesh = trainer(cfg)
+        fn, state, mesh = _common.train_step(cfg)
         it = iter(train_dataset(cfg))
         state, m = fn(state, put_batch(next(it), mesh))
         jax.block_until_ready(m)
