@@ -88,13 +88,15 @@ def handle(args, config) -> int:
     if args.compare:
         from kjax.errors import KjaxError
         raise KjaxError("--compare draws progress curves; use it with --every-checkpoint")
-    from kjax.finetune.experiment import run_experiment
+    from kjax.finetune.experiment import results_lines, run_experiment
     summary = run_experiment(config, config.finetune, args.task, args.train, args.dev, args.test,
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
                                               "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
+    for line in results_lines(summary):   # every metric, not only the table's
+        print(line)
     if summary["note"]:
         print(summary["note"])
     if summary["unfinished"]:

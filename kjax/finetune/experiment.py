@@ -248,6 +248,20 @@ def _fmt(stat: dict) -> str:
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat["n"] > 1 else f"{stat['mean']:.4f}"
 
 
+def results_lines(summary: dict) -> list[str]:
+    """Every scalar dev/test metric of each (fine-tune bf, inference bf), one
+    line per split, for the console (the table shows the selection metric only)."""
+    lines, rows = [], summary["rows"]
+    for r in rows:
+        where = f" (bf fine-tune {r['bf_train']:+g}, inference {r['bf_infer']:+g})" \
+            if len(rows) > 1 or r["bf_train"] or r["bf_infer"] else ""
+        for split in ("dev", "test"):
+            if split in r:
+                cells = ", ".join(f"{k} {_fmt(v)}" for k, v in r[split].items())
+                lines.append(f"{split}{where}: {cells}")
+    return lines
+
+
 def table(rows: list[dict], baseline: dict, splits: list[str], metric: str) -> str:
     head = "| bf fine-tune | bf inference | " + " | ".join(f"{s} {metric}" for s in splits) + \
         " | seeds |"

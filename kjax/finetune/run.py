@@ -77,12 +77,14 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
             state, metrics = train_step(state, batch)
             state["best"] = best
             bar.update()
-            if step % ft.log_every == 0 or step == start + 1:
+            evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
+            # Every evaluation step is logged too (the last step, an early stop's):
+            # the train curve then spans the run, whatever log_every is.
+            if step % ft.log_every == 0 or step == start + 1 or evaluate or step == stop_at:
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 m["epoch"] = (step - 1) / tuner.steps_per_epoch
                 writer.write(step, m)
                 bar.update(0, loss=f"{m['loss']:.3f}")
-            evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
             if evaluate:
                 improved = _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer)
                 progress_state["bad_evals"] = 0 if improved else progress_state["bad_evals"] + 1
