@@ -22,7 +22,8 @@ import json
 import os
 
 from kjax.config import leaves
-from kjax.finetune.tasks import FORMATS, TASKS
+from kjax.finetune.registry import TASKS
+from kjax.finetune.tasks import FORMATS
 
 
 def settings_help() -> str:
@@ -51,7 +52,7 @@ def register(verbs, add_config) -> None:
         description=__doc__, epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_config(p, required=False)
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
     p.add_argument("--dev", metavar="FILE", help="dev data (default: carved from --train "
                    "by finetune.split, seeded)")
