@@ -100,3 +100,37 @@ def test_finetune_pairs_from_an_imported_roberta(tmp_path):
     with open(os.path.join(out, "metrics.json"), encoding="utf-8") as f:
         result = json.load(f)
     assert result["results"]["+0"]["dev"]["accuracy"] is not None
+
+
+def test_analyze_reads_an_imported_vocabulary(tmp_path, capsys):
+    """`kjax analyze` on an imported model (issue 14): rows in the folder's
+    own ids ([CLS]/[SEP] are not kjax's 2/3 here), the norm-based report, and
+    --bf refused in one line (an imported vocabulary has no POS pairs)."""
+    from kjax.analysis.inputs import encode_text
+    from kjax.cli import main
+    roberta_folder(tmp_path / "hf")
+    w = str(tmp_path / "w")
+    assert main(["import", "--hf", str(tmp_path / "hf"), "--out", w]) == 0
+    config = load_config(os.path.join(w, "kjax_config.py"))
+    tok = load_tokenizer(config)
+    assert (tok.special_ids["cls"], tok.special_ids["sep"]) != (2, 3)
+    item = encode_text(tok, f"{KOREAN[0]}\t{KOREAN[1]}", 32)
+    want = AutoTokenizer.from_pretrained(tmp_path / "hf")(KOREAN[0], KOREAN[1])["input_ids"]
+    assert item.example["input_ids"].tolist() == want
+    classes = [item.labels[i] for i in np.flatnonzero(item.classes <= 1)]
+    assert classes == ["[CLS]", "[SEP]", "[SEP]"]
+    texts = tmp_path / "texts.txt"
+    texts.write_text(f"{KOREAN[0]}\n{KOREAN[3]}\t{KOREAN[1]}\n", encoding="utf-8")
+    out = tmp_path / "analysis"
+    args = ["analyze", "--config", os.path.join(w, "kjax_config.py"), "--workdir", w,
+            "--texts", str(texts), "--out", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["texts"]["class_counts"]["[CLS]"] == 2
+    assert report["texts"]["class_counts"]["[SEP]"] == 3
+    cv = np.asarray(report["runs"]["unshaken"]["fx_norm_cv"]["per_head"], float)
+    assert cv.shape == (2, 4) and (cv > 0).all()
+    assert main(args + ["--bf", "2", "--out", str(tmp_path / "shaken")]) == 2
+    err = capsys.readouterr().err
+    assert "tokenizer.scheme='imported' has no POS tags" in err and len(err.splitlines()) == 1

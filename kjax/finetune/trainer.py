@@ -227,6 +227,10 @@ class FineTuner:
             out += list(preds[:len(rows)])
         return self.spec.decode(self, split, feats, out)
 
+    def _decode(self, feats: Features, i: int, pred):
+        """One row's prediction as the task reports it (a class name, a score, tags)."""
+        return self.spec.decode_row(self, feats, i, pred)
+
     def evaluate(self, params, split: str, bf: float) -> tuple[dict, list]:
         preds = self.predict(params, split, bf)
         return self.spec.metrics(self.data.gold(split), preds, self.data.label_names,
