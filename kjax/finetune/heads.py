@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from kjax.finetune.registry import finetune_task
@@ -83,12 +82,3 @@ def make_task_model(config, task: str, num_labels: int, bf: float, deterministic
     outputs = finetune_task(task).num_outputs(num_labels)
     return TaskModel(enc, finetune_task(task).name, outputs, classifier_dropout, deterministic)
 
-
-def task_loss(task, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
-    """The task's mean loss over real examples (weights)."""
-    return finetune_task(task).loss(outputs, batch, group)
-
-
-def task_predictions(task, outputs: jax.Array, group: int = 1) -> jax.Array:
-    """What the host needs from the compiled step (the task says)."""
-    return finetune_task(task).predictions(outputs, group)

@@ -24,9 +24,9 @@ from kjax.finetune import metrics as M
 from kjax.finetune.task import PairTask, Task
 from kjax.finetune.tasks import Example, choice_example, record_label
 
-
 if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
     import jax
+
 
 class Classify(Task):
     name = "classify"

@@ -20,9 +20,9 @@ from kjax.finetune.bio import (OUTSIDE, split_tag, tags_to_spans, token_to_char_
 from kjax.finetune.task import Task
 from kjax.finetune.tasks import Example, ner_tags, read_generic, read_klue_ner
 
-
 if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
     import jax
+
 
 class NamedEntities(Task):
     name = "ner"

@@ -32,9 +32,9 @@ from kjax.finetune import metrics as M
 from kjax.finetune.tasks import (NLI_LABELS, TEXT_B_KEYS, Example, klue_ner_file,
                                  read_generic, record_label)
 
-
 if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
     import jax
+
 
 class Task:
     name = ""

@@ -14,7 +14,9 @@
                last column is "label" is a header naming the columns
 
 `--format auto` picks by extension and, for JSON, by the keys present.
-Every error names the file, the line (or item) and the fix.
+Every error names the file, the line (or item) and the fix. What a record
+means (a class name, a score, NER tags, choices, WiC spans), which formats
+a task reads and what it checks are the task's own (kjax/finetune/registry.py).
 """
 from __future__ import annotations
 
