@@ -73,3 +73,22 @@ def test_train_line_reaches_the_last_step_and_results_are_printed(env, tmp_path,
         [line] = [ln for ln in printed.splitlines() if ln.startswith(f"{split}: ")]
         for name in ("accuracy", "macro_f1"):
             assert f"{name} {result[split][name]:.4f}" in line, line
+
+
+def test_the_progress_legend_covers_no_point():
+    """--every-checkpoint's progress.png: lines up to the top right, a
+    Korean run name, the baseline; the legend lies outside the axes."""
+    from kjax.finetune.progress import progress_figure
+    curves = {"사전학습_A": [(100, 0.5, 0.02), (200, 0.7, 0.01), (300, 0.9, 0.0)],
+              "run_b ft+0 inf+0.5": [(100, 0.4, 0.0), (300, 0.8, 0.05)]}
+    fig = progress_figure(curves, "accuracy", 0.33)
+    fig.canvas.draw()
+    [legend] = _legends(fig)
+    texts = {t.get_text(): t for t in legend.get_texts()}
+    assert set(texts) == {*curves, "baseline (no model)"}
+    assert texts["사전학습_A"].get_fontfamily() == ["NanumGothic"]   # Hangul drawn
+    box = legend.get_window_extent()
+    for ax in fig.axes:
+        assert not box.overlaps(ax.get_window_extent())
+    import matplotlib.pyplot as plt
+    plt.close(fig)

@@ -47,7 +47,7 @@ def learning_curve_figure(rows: list[dict], metric: str, title: str):
         handles, labels = handles + more[0], labels + more[1]
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 3),
-                   fontsize=8, frameon=False)
+                   frameon=False, prop={"family": font or "sans-serif", "size": 8})
     ax.set_title(f"kjax fine-tuning: {title}", fontfamily=font or "sans-serif")
     return fig
 
