@@ -144,6 +144,49 @@ def test_no_branch_on_an_input_mode_name_outside_the_registry():
     assert not found, "ask the input mode instead:\n" + "\n".join(found)
 
 
+TASK_REGISTRY = ("kjax.finetune.registry", "kjax.finetune.task", "kjax.finetune.sentence_tasks",
+                 "kjax.finetune.span_tasks")
+
+
+def task_branches(source: str, names) -> list[tuple[int, str]]:
+    """Lines of `source` that branch on a task's name: a comparison with a
+    `task` variable or with a name, membership in a tuple of names, or a
+    dict keyed by names (PRIMARY = {"classify": ...})."""
+    names = "|".join(map(re.escape, names))
+    branch = re.compile(rf"""\btask\w*\)?\s*(==|!=|in\b|not in\b)|(==|!=)\s*["']({names})["']"""
+                        rf"""|\bin\s*\([^)]*["']({names})["']|\{{\s*["']({names})["']\s*:""")
+    loop = re.compile(r"\bfor\s+[\w, ()]+\s+in\b")    # `for task in tasks` iterates
+    return [(n, line.strip()) for n, line in enumerate(source.splitlines(), 1)
+            if branch.search(loop.sub("", line.split("#")[0]))]
+
+
+def test_no_branch_on_a_task_name_outside_the_registry():
+    """Consumers ask the task (kjax/finetune/registry.py); only its modules
+    know names (issue 14: tasks were names branched on in heads, metrics,
+    trainer)."""
+    from kjax.finetune.registry import TASKS
+    found = []
+    for module, path in module_files().items():
+        if module in TASK_REGISTRY:
+            continue
+        found += [f"{os.path.relpath(path, ROOT)}:{n}: {line}"
+                  for n, line in task_branches(open(path, encoding="utf-8").read(), TASKS)]
+    assert not found, "ask the task instead:\n" + "\n".join(found)
+
+
+def test_the_task_branch_check_sees_the_old_branches():
+    """The test itself: the branches this registry replaced are caught."""
+    old = ('if task == "qa":\n'
+           'x = hidden if self.task in ("ner", "qa") else pooled\n'
+           'PRIMARY = {"classify": "macro_f1", "pair": "accuracy"}\n'
+           'outputs = {"regress": 1, "qa": 2}.get(task, n)\n'
+           'elif kind != "choice":\n'
+           'spec = finetune_task(task)   # a lookup is not a branch\n'
+           'for task in tasks:\n')
+    assert [n for n, _ in task_branches(old, ["classify", "pair", "regress", "ner", "qa",
+                                              "choice"])] == [1, 2, 3, 4, 5]
+
+
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
     for source, target in graph():

@@ -126,9 +126,7 @@ def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
     with pytest.raises(KjaxError, match="needs POS tags"):   # pretraining B from POS pairs
         check_config(load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
                                                "--config.shake.variant=pos"]))
-    from kjax.analysis.report import analyze
-    with pytest.raises(KjaxError, match="kjax analyze cannot read an imported vocabulary"):
-        analyze(config, str(tmp_path), str(tmp_path / "a"), ["국민"])
+    # kjax analyze reads it now: tests/test_import_roberta.py::test_analyze_reads_an_imported_vocabulary
     for mode in ("multihot", "merged", "shared_position"):   # they need morphemes / POS
         bad = load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
                                         f"--config.model.input_mode={mode}"])

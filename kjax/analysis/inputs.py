@@ -27,7 +27,7 @@ from kjax.examples.pairs import assemble
 from kjax.inputs import InputMode, input_mode
 from kjax.morph.tags import TAGS, base_tag, is_postposition, is_substantive
 from kjax.shake.matrix import GROUP1, GROUP2, build_shake_matrix, pos_pairs
-from kjax.tokens.sentencepiece import CLS, SEP, TOKEN_ARRAYS, WORD_START
+from kjax.tokens.sentencepiece import CLS, SEP, TOKEN_ARRAYS, WORD_START, special_ids
 
 CLASSES = ("[CLS]", "[SEP]", "punctuation", "postposition", "substantive", "other")
 PUNCTUATION_TAGS = frozenset({"SF", "SP", "SS", "SSO", "SSC", "SE", "SO", "SW"})
@@ -55,10 +55,10 @@ def _is_punctuation_text(text: str) -> bool:
     return bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
 
 
-def token_class(token_id: int, tag_id: int, label: str) -> int:
-    if token_id == CLS:
+def token_class(token_id: int, tag_id: int, label: str, cls: int = CLS, sep: int = SEP) -> int:
+    if token_id == cls:
         return CLASSES.index("[CLS]")
-    if token_id == SEP:
+    if token_id == sep:
         return CLASSES.index("[SEP]")
     tag = base_tag(TAGS[tag_id])
     if tag in PUNCTUATION_TAGS or (tag_id == 0 and _is_punctuation_text(label)):
@@ -107,11 +107,15 @@ def encode_text(tokenizer, text: str, max_len: int, mode: InputMode | None = Non
     example = assemble(a, b if b is not None else empty, 0, (0, 0))
     if b is None:  # assemble always closes B with a [SEP]: drop it for a single sentence
         example = {k: (v[:-1] if v.ndim else v) for k, v in example.items()}
+    specials = special_ids(tokenizer)   # an imported vocabulary keeps its own [CLS]/[SEP]
     ids = example["input_ids"]
+    seps = [1 + len(a["ids"])] + ([len(ids) - 1] if b is not None else [])
+    ids[0], ids[seps] = specials["cls"], specials["sep"]
     positions, groups = mode.positions(example)   # per model position, and its tokens
     labels = ["".join(_piece_text(tokenizer, t) for t in ids[group]) for group in groups]
-    classes = np.asarray([token_class(int(t), int(g), s) for t, g, s in
-                          zip(positions["input_ids"], positions["tags"], labels)], np.int32)
+    classes = np.asarray([token_class(int(t), int(g), s, specials["cls"], specials["sep"])
+                          for t, g, s in zip(positions["input_ids"], positions["tags"], labels)],
+                         np.int32)
     pairs = [(q, k) for q, k, _ in pos_pairs(positions["morph_ids"], positions["word_ids"],
                                              positions["tags"], POSTPOSITION_WEIGHTS)]
     return AnalysisText(text, example, positions, labels, classes, pairs, truncated, mode)

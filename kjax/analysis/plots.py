@@ -28,43 +28,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib import font_manager  # noqa: E402
 
 from kjax.analysis.inputs import CLASSES  # noqa: E402
+from kjax.fonts import HANGUL_FONTS, bundled_font_file, hangul_font  # noqa: E402,F401
 
 CLASS_COLORS = {"[CLS]": "#7f7f7f", "[SEP]": "#bcbd22", "punctuation": "#2ca02c",
                 "postposition": "#d62728", "substantive": "#1f77b4", "other": "#000000",
                 "all": "#9467bd"}
-HANGUL_FONTS = ("NanumGothic", "NanumBarunGothic", "Noto Sans CJK KR", "Noto Sans KR",
-                "Noto Sans CJK JP", "Source Han Sans KR", "Malgun Gothic", "AppleGothic",
-                "Apple SD Gothic Neo", "UnDotum", "Baekmuk Gulim")
 MAX_LABELLED = 64   # longer sentences get no per-token labels (they would overlap)
 
 _INITIALS = "g kk n d tt r m b pp s ss - j jj ch k t p h".split()
 _VOWELS = "a ae ya yae eo e yeo ye o wa wae oe yo u wo we wi yu eu ui i".split()
 _FINALS = ("", "k", "k", "k", "n", "n", "n", "t", "l", "k", "m", "l", "l", "l", "p", "l",
            "m", "p", "p", "t", "t", "ng", "t", "t", "k", "t", "p", "t")
-
-
-def bundled_font_file() -> str | None:
-    """NanumGothic.ttf of the koreanize-matplotlib wheel (found, not imported)."""
-    import importlib.util
-    spec = importlib.util.find_spec("koreanize_matplotlib")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = os.path.join(folder, "fonts", "NanumGothic.ttf")
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def hangul_font() -> str | None:
-    """A font family with Hangul: the bundled NanumGothic, else an installed one."""
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    bundled = bundled_font_file()
-    if bundled and "NanumGothic" not in installed:
-        font_manager.fontManager.addfont(bundled)
-        installed.add("NanumGothic")
-    return next((name for name in HANGUL_FONTS if name in installed), None)
 
 
 def romanize(text: str) -> str:

@@ -81,8 +81,8 @@ def check_pairs(config, items, bf: float | None) -> None:
         f"model.shake_factor={config.model.shake_factor:g} (the config's)"
     variant = config.shake.variant if config.shake.variant != "none" else "pos"
     why = (f"tokenizer.scheme={config.tokenizer.scheme!r} has no POS tags, so variant "
-           f"{variant!r} finds no postposition pairs" if config.tokenizer.scheme ==
-           "sentencepiece" and variant == "pos" else
+           f"{variant!r} finds no postposition pairs" if config.tokenizer.scheme in
+           ("sentencepiece", "imported") and variant == "pos" else
            f"shake.variant={variant!r} gives no pairs for these {len(items)} texts")
     raise KjaxError(f"kjax analyze {given}: nothing to shake ({why}); the shaken pictures "
                     f"would equal the unshaken ones. Analyse a morph-sp or multihot model, "
@@ -226,10 +226,6 @@ def analyze(config, workdir: str, out_dir: str, texts: list[str], step: int | No
                         f"texts were read (use 0..{len(texts) - 1})")
     if batch_size < 1:
         raise KjaxError(f"--batch-size {batch_size}: use 1 or more")
-    if config.tokenizer.scheme == "imported":   # kjax/analysis/inputs.py builds kjax's ids
-        raise KjaxError("kjax analyze cannot read an imported vocabulary yet "
-                        "(tokenizer.scheme='imported': its [CLS]/[SEP] are not kjax's ids and "
-                        "it has no POS for the postposition classes)")
     tokenizer = load_tokenizer(config)
     mode = input_mode(config)   # its positions, position ids and model inputs (kjax/inputs)
     items = [text_inputs.encode_text(tokenizer, t, config.data.max_seq_len, mode) for t in texts]

@@ -22,7 +22,8 @@ import json
 import os
 
 from kjax.config import leaves
-from kjax.finetune.tasks import FORMATS, TASKS
+from kjax.finetune.registry import TASKS
+from kjax.finetune.tasks import FORMATS
 
 
 def settings_help() -> str:
@@ -51,7 +52,7 @@ def register(verbs, add_config) -> None:
         description=__doc__, epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_config(p, required=False)
-    p.add_argument("--task", required=True, choices=TASKS)
+    p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--train", required=True, metavar="FILE", help="training data")
     p.add_argument("--dev", metavar="FILE", help="dev data (default: carved from --train "
                    "by finetune.split, seeded)")
@@ -88,13 +89,15 @@ def handle(args, config) -> int:
     if args.compare:
         from kjax.errors import KjaxError
         raise KjaxError("--compare draws progress curves; use it with --every-checkpoint")
-    from kjax.finetune.experiment import run_experiment
+    from kjax.finetune.experiment import results_lines, run_experiment
     summary = run_experiment(config, config.finetune, args.task, args.train, args.dev, args.test,
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
                                               "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
+    for line in results_lines(summary):   # every metric, not only the table's
+        print(line)
     if summary["note"]:
         print(summary["note"])
     if summary["unfinished"]:

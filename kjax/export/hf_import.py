@@ -240,7 +240,8 @@ def kjax_config(base, enc: EncoderConfig, name: str):
 def import_tokenizer(hf_dir: str, hf: dict, workdir: str, config) -> str | None:
     """Copies the folder's tokenizer (tokenizer.json, or one built from
     vocab.txt) to `workdir/tokenizer.json` and points the config at it
-    (tokenizer.scheme='imported', kjax/tokens/imported.py). A kjax folder
+    (tokenizer.scheme='imported', kjax/tokens/imported.py); for a model with
+    one token-type row (RoBERTa) its pairs get type 0 throughout. A kjax folder
     (kjax_input_mode recorded) keeps kjax's own scheme; a folder without a
     tokenizer keeps the base config's. Returns the file written, or None."""
     from kjax.tokens.imported import ImportedTokenizer, tokenizer_json_from_folder
@@ -249,6 +250,9 @@ def import_tokenizer(hf_dir: str, hf: dict, workdir: str, config) -> str | None:
     text = tokenizer_json_from_folder(hf_dir)
     if text is None:
         return None
+    if hf.get("type_vocab_size", 2) == 1:   # one token-type row: pairs are all segment 0
+        from kjax.tokens.imported import single_segment
+        text = single_segment(text)
     target = paths.join(workdir, "tokenizer.json")
     if not paths.is_remote(target):
         target = os.path.abspath(target)

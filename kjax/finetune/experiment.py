@@ -17,11 +17,9 @@ import numpy as np
 from kjax import paths
 from kjax.config import ConfigDict, apply_overrides, defaults, validate
 from kjax.errors import KjaxError
-from kjax.finetune.choice import encode_choices
-from kjax.finetune.features import Encoder, apply_input_mode
+from kjax.finetune.features import apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
-from kjax.finetune.qa import QAEncoder
-from kjax.finetune.wic import add_target_masks
+from kjax.finetune.registry import finetune_task
 from kjax.finetune.run import run_one
 from kjax.finetune.tasks import label_names, read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
@@ -29,16 +27,6 @@ from kjax.inputs import input_mode
 from kjax.objectives import check_config
 from kjax.parallel.mesh import make_mesh
 from kjax.tokens.factory import load_tokenizer
-
-# Each task's metrics (finetune.select_metric picks one; "" = metrics.PRIMARY).
-TASK_METRICS = {
-    "classify": ("accuracy", "macro_f1"), "pair": ("accuracy", "macro_f1"),
-    "wic": ("accuracy", "macro_f1"),
-    "regress": ("pearson", "spearman", "f1", "mse"),
-    "ner": ("entity_f1", "entity_macro_f1", "char_macro_f1"),
-    "qa": ("f1", "exact_match", "squad_f1"), "choice": ("accuracy",),
-}
-
 
 def finetune_settings(assignments=(), config=None) -> ConfigDict:
     """`config.finetune` (default: the defaults') with `finetune.KEY=VALUE`
@@ -57,9 +45,10 @@ def check_task_settings(ft, config, task: str) -> None:
     if ft.max_seq_len > m.max_position_embeddings:
         raise KjaxError(f"finetune.max_seq_len={ft.max_seq_len} exceeds "
                         f"model.max_position_embeddings={m.max_position_embeddings}")
-    if ft.select_metric and task and ft.select_metric not in TASK_METRICS[task]:
+    names = finetune_task(task).metric_names if task else ()
+    if ft.select_metric and task and ft.select_metric not in names:
         raise KjaxError(f"finetune.select_metric={ft.select_metric!r} is not a {task} metric; "
-                        f"choose one of {', '.join(TASK_METRICS[task])}")
+                        f"choose one of {', '.join(names)}")
 
 
 def load_splits(task: str, train: str, dev: str | None, test: str | None, fmt: str,
@@ -134,25 +123,12 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     # with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") in ("sentencepiece", "imported"))
-    if task == "qa":
-        encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
-    elif task == "choice":
-        pairs = Encoder(tokenizer, "pair", ["0", "1"], ft.max_seq_len, pos_from_kiwi)
-        encode = lambda examples: encode_choices(pairs, examples)  # noqa: E731
-    else:
-        encode = Encoder(tokenizer, task, names, ft.max_seq_len, pos_from_kiwi).encode
-    features = {k: encode(v) for k, v in splits.items()}
-    if task == "wic":   # the target word's tokens in each sentence
-        for k, feats in features.items():
-            add_target_masks(tokenizer, splits[k], feats)
+    spec = finetune_task(task)
+    features = spec.encode(tokenizer, splits, names, ft, pos_from_kiwi)
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)
-    scale = 1.0
-    if task == "regress":   # targets scaled to at most 1 (STS 0..5 → 0..1), predictions back
-        scale = float(np.abs(features["train"].labels).max()) or 1.0
-        for feats in features.values():
-            feats.labels = (feats.labels / scale).astype(np.float32)
-    data = TaskData(task, names, splits, features)
+    scale = spec.scale_targets(features)   # regress: targets at most 1, predictions back
+    data = TaskData(spec.name, names, splits, features)
     init = None if (init or "").lower() in NO_INIT else init
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
@@ -246,6 +222,20 @@ def _fmt(stat: dict) -> str:
     if stat["mean"] is None:
         return "undefined"   # e.g. Pearson of a constant predictor (every seed)
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat["n"] > 1 else f"{stat['mean']:.4f}"
+
+
+def results_lines(summary: dict) -> list[str]:
+    """Every scalar dev/test metric of each (fine-tune bf, inference bf), one
+    line per split, for the console (the table shows the selection metric only)."""
+    lines, rows = [], summary["rows"]
+    for r in rows:
+        where = f" (bf fine-tune {r['bf_train']:+g}, inference {r['bf_infer']:+g})" \
+            if len(rows) > 1 or r["bf_train"] or r["bf_infer"] else ""
+        for split in ("dev", "test"):
+            if split in r:
+                cells = ", ".join(f"{k} {_fmt(v)}" for k, v in r[split].items())
+                lines.append(f"{split}{where}: {cells}")
+    return lines
 
 
 def table(rows: list[dict], baseline: dict, splits: list[str], metric: str) -> str:

@@ -77,9 +77,11 @@ class Encoder:
     """Tokenizes examples of one task; `pos_from_kiwi` lines plain
     sentencepiece tokens up with Kiwi morphemes for POS shaking."""
 
-    def __init__(self, tokenizer, task: str, label_names: Sequence[str], max_seq_len: int,
+    def __init__(self, tokenizer, task, label_names: Sequence[str], max_seq_len: int,
                  pos_from_kiwi: bool = False):
-        self.tokenizer, self.task, self.seq = tokenizer, task, max_seq_len
+        from kjax.finetune.registry import finetune_task
+        # `task`: a registered task (or its name): its labels are per token or per example
+        self.tokenizer, self.task, self.seq = tokenizer, finetune_task(task), max_seq_len
         specials = special_ids(tokenizer)   # an imported vocabulary keeps its own ids
         self.cls, self.sep, self.pad = specials["cls"], specials["sep"], specials["pad"]
         self.label_index = {name: i for i, name in enumerate(label_names)}
@@ -90,7 +92,7 @@ class Encoder:
         self.aligned = [0, 0]
 
     def _tokenize(self, text: str) -> tuple[dict, list[tuple[int, int]] | None]:
-        if self.task != "ner" and self.analyzer is None:
+        if not self.task.token_labels and self.analyzer is None:
             return self.tokenizer.encode(text), None
         encoded, spans = token_char_spans(self.tokenizer, text)
         if self.analyzer is not None:
@@ -107,8 +109,8 @@ class Encoder:
                                                            "attention_mask")}
         arrays["input_ids"][:] = self.pad
         units = {k: np.full((n, s), UNIT_PAD[k], np.int32) for k in UNIT_KEYS}
-        labels = (np.full((n, s), -1, np.int32) if self.task == "ner" else
-                  np.zeros(n, np.float32 if self.task == "regress" else np.int32))
+        labels = (np.full((n, s), -1, np.int32) if self.task.token_labels else
+                  np.zeros(n, self.task.label_dtype))
         lengths, texts, all_spans, truncated = np.zeros(n, np.int32), [], [], 0
         for row, ex in enumerate(examples):
             # The model reads kjax's normalised text (NFC, then one-for-one
@@ -142,21 +144,19 @@ class Encoder:
             arrays["attention_mask"][row, :length] = 1
             for k in UNIT_KEYS:
                 units[k][row, :length] = unit_rows[k]
-            if self.task == "ner":
+            if self.task.token_labels:
                 spans = spans[:keep_a]
                 token_tags = char_to_token_tags(ex.text_a, tags_to_spans(ex.char_tags), spans)
                 labels[row, 1:1 + keep_a] = [self._label(t, ex) for t in token_tags]
                 texts.append(ex.text_a)
                 all_spans.append(spans)
-            elif self.task == "regress":
-                labels[row] = float(ex.label)
             else:
-                labels[row] = self._label(ex.label, ex)
+                labels[row] = self.task.encode_label(self, ex)
         aligned = self.aligned[0] / max(self.aligned[1], 1) if self.analyzer else 0.0
         return Features(arrays["input_ids"], arrays["token_type_ids"],
                         arrays["attention_mask"], units, labels, lengths, texts, all_spans,
                         truncated, aligned,
-                        label_kind="tokens" if self.task == "ner" else "example")
+                        label_kind="tokens" if self.task.token_labels else "example")
 
     def _label(self, name: str, ex: Example) -> int:
         if name not in self.label_index:

@@ -1,16 +1,14 @@
 """Task models: the pretraining model as the `bert` submodule (so its
 parameter subtree is exactly a kjax pretraining checkpoint's `params`) plus
 one dense head. `pooler` is BERT's pretrained one; a model.arch without one
-(modern) gets a freshly initialised dense layer in its place.
+(modern) gets a freshly initialised dense layer in its place. The task
+(kjax/finetune/registry.py) says what the head reads and how many outputs:
 
-    classify, pair   tanh(pooler(h_[CLS])) → dropout → dense(num_labels)
-    regress          the same with one output (the score)
-    ner              h_t → dropout → dense(num_labels) for every position
-    qa               h_t → dropout → dense(2): start and end logits per position
-    choice           the classify head with one output per (premise, alternative)
-                     row; softmax over an example's `group` rows
-    wic              dense([tanh(pooler(h_CLS)); mean h over the target word in a;
-                     the same in b]) (kjax/finetune/wic.py)
+    sentence tasks   tanh(pooler(h_[CLS])) → dropout → dense(outputs)
+    per_position     h_t → dropout → dense(outputs) for every position (ner, qa)
+    target words     [tanh(pooler(h_CLS)); mean h over the target word in a;
+                     the same in b] when the batch has `target_mask` (wic)
+    scalar_output    one output per row, its last axis dropped (regress, choice)
 
 SHAKE's bf lives in `EncoderConfig.shake_factor` (static), so fine-tuning
 and inference use two instances of the same module with different bf and
@@ -21,10 +19,9 @@ from __future__ import annotations
 import dataclasses
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import optax
 
+from kjax.finetune.registry import finetune_task
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import dense
 from kjax.train.state import ARCHITECTURES
@@ -45,7 +42,7 @@ def model_inputs(batch: dict, mode=None) -> dict:
 
 class TaskModel(nn.Module):
     config: EncoderConfig
-    task: str
+    task: str                    # a registered task's name
     num_outputs: int
     classifier_dropout: float = 0.1
     deterministic: bool = True
@@ -65,7 +62,8 @@ class TaskModel(nn.Module):
         hidden, _ = self.bert.encode(input_ids, token_type_ids, attention_mask, position_ids,
                                      shake=shake, multihot=multihot)
         pooler = self.bert.pooler if self.fresh_pooler is None else self.fresh_pooler
-        x = hidden if self.task in ("ner", "qa") else jnp.tanh(pooler(hidden[:, 0]))
+        task = finetune_task(self.task)
+        x = hidden if task.per_position else jnp.tanh(pooler(hidden[:, 0]))
         if target_mask is not None:   # wic: the target word's mean vector in each sentence
             m = target_mask.astype(hidden.dtype)
             words = jnp.einsum("bks,bsh->bkh", m, hidden) / \
@@ -73,7 +71,7 @@ class TaskModel(nn.Module):
             x = jnp.concatenate([x, words.reshape(x.shape[0], -1)], axis=-1)
         logits = self.classifier(self.dropout(x, deterministic=self.deterministic))
         logits = logits.astype(jnp.float32)
-        return logits[..., 0] if self.task in ("regress", "choice") else logits
+        return logits[..., 0] if task.scalar_output else logits
 
 
 def make_task_model(config, task: str, num_labels: int, bf: float, deterministic: bool,
@@ -81,38 +79,6 @@ def make_task_model(config, task: str, num_labels: int, bf: float, deterministic
     """`config` is the kjax ConfigDict; bf applies equally in every layer."""
     enc = EncoderConfig.from_config(config.model)
     enc = dataclasses.replace(enc, shake_factor=(float(bf),) * enc.num_layers)
-    outputs = {"regress": 1, "qa": 2, "choice": 1}.get(task, num_labels)
-    return TaskModel(enc, task, outputs, classifier_dropout, deterministic)
+    outputs = finetune_task(task).num_outputs(num_labels)
+    return TaskModel(enc, finetune_task(task).name, outputs, classifier_dropout, deterministic)
 
-
-def task_loss(task: str, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
-    """Mean loss over real examples (weights) and, for NER, labelled tokens."""
-    w = batch["weights"]
-    if task == "choice":   # rows of one example side by side: softmax over them
-        ce = optax.softmax_cross_entropy_with_integer_labels(
-            outputs.reshape(-1, group), batch["labels"].reshape(-1, group)[:, 0])
-        w = w.reshape(-1, group)[:, 0]
-        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
-    if task == "regress":
-        per_example = (outputs - batch["labels"]) ** 2
-        return (per_example * w).sum() / jnp.maximum(w.sum(), 1.0)
-    labels = batch["labels"]
-    if task == "qa":   # start and end over the row's positions (padding excluded)
-        logits = jnp.where(batch["attention_mask"][..., None] > 0, outputs, -1e9)
-        ce = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i], labels[:, i])
-                 for i in (0, 1)) / 2
-        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
-    safe = jnp.maximum(labels, 0)
-    ce = optax.softmax_cross_entropy_with_integer_labels(outputs, safe)
-    if task == "ner":
-        mask = (labels >= 0) * w[:, None]
-        return (ce * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-    return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
-
-
-def task_predictions(task: str, outputs: jax.Array, group: int = 1) -> jax.Array:
-    """What the host needs: scores (regress), start/end logits (qa), class
-    ids, the chosen alternative (choice), or position label ids."""
-    if task == "choice":
-        return jnp.argmax(outputs.reshape(-1, group), axis=-1).astype(jnp.int32)
-    return outputs if task in ("regress", "qa") else jnp.argmax(outputs, axis=-1).astype(jnp.int32)

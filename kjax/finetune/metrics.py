@@ -1,5 +1,6 @@
 """Task metrics, written out (no sklearn/seqeval dependency) and tested
-against hand-computed values.
+against hand-computed values. Which task reports which (and selects by
+which: `primary`) is the task's business (kjax/finetune/registry.py):
 
     classify  accuracy, macro_f1                (KLUE-YNAT reports macro F1)
     pair      accuracy, macro_f1                (KLUE-NLI reports accuracy)
@@ -22,9 +23,6 @@ from typing import Sequence
 import numpy as np
 
 from kjax.finetune.bio import OUTSIDE, tags_to_spans
-
-PRIMARY = {"classify": "macro_f1", "pair": "accuracy", "wic": "accuracy", "regress": "pearson",
-           "ner": "entity_f1", "qa": "f1", "choice": "accuracy"}
 
 
 def _f1(tp: float, fp: float, fn: float, empty: float = 0.0) -> float:
@@ -119,37 +117,16 @@ def char_macro_f1(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequen
     return float(np.mean(scores)) if scores else 0.0
 
 
-def task_metrics(task: str, gold: Sequence, pred: Sequence, label_names: Sequence[str] = (),
+def task_metrics(task, gold: Sequence, pred: Sequence, label_names: Sequence[str] = (),
                  sts_threshold: float = 3.0) -> dict:
-    """Every metric of `task`; `gold`/`pred` are class names, scores, or (ner)
-    per-sentence character tag lists."""
-    if task in ("classify", "pair", "wic"):
-        # Macro F1 over the classes in gold or pred, as KLUE (sklearn's default) scores it.
-        return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(list(gold), list(pred))}
-    if task == "regress":
-        return {"pearson": pearson(gold, pred), "spearman": spearman(gold, pred),
-                "f1": binary_f1(gold, pred, sts_threshold),
-                "mse": float(np.mean((np.asarray(gold) - np.asarray(pred)) ** 2))}
-    if task == "ner":
-        scores = entity_scores(gold, pred)
-        scores["char_macro_f1"] = char_macro_f1(gold, pred, label_names)
-        return scores
-    if task == "choice":
-        return {"accuracy": accuracy(gold, pred)}
-    if task == "qa":
-        from kjax.finetune.qa_metrics import qa_metrics
-        return qa_metrics(gold, pred)
-    raise ValueError(f"unknown task {task!r}")
+    """Every metric of `task` (a registered task or its name); `gold`/`pred`
+    are class names, scores, answers or (ner) per-sentence character tags."""
+    from kjax.finetune.registry import finetune_task
+    return finetune_task(task).metrics(gold, pred, label_names, sts_threshold)
 
 
-def baseline_predictions(task: str, train_gold: Sequence, eval_gold: Sequence) -> list:
+def baseline_predictions(task, train_gold: Sequence, eval_gold: Sequence) -> list:
     """The no-model baseline: the majority class of train, its mean score,
-    all-O tags, or no answer (qa)."""
-    if task in ("classify", "pair", "wic", "choice"):
-        majority = collections.Counter(train_gold).most_common(1)[0][0]
-        return [majority] * len(eval_gold)
-    if task == "regress":
-        return [float(np.mean(train_gold))] * len(eval_gold)
-    if task == "qa":
-        return [""] * len(eval_gold)
-    return [[OUTSIDE] * len(tags) for tags in eval_gold]
+    all-O tags, or no answer (qa): the task's `baseline`."""
+    from kjax.finetune.registry import finetune_task
+    return finetune_task(task).baseline(train_gold, eval_gold)

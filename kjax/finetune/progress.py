@@ -81,11 +81,16 @@ def _read_curves(path: str) -> dict:
                    paths.name(os.path.dirname(file.rstrip("/")) or file))
 
 
-def plot_progress(curves: dict, metric: str, baseline, path: str) -> str:
+def progress_figure(curves: dict, metric: str, baseline):
+    """The figure of plot_progress; its legend below the axes, off the data
+    (as the learning curve's, kjax/finetune/plots.py); labels (run folder
+    names, maybe Korean) in the Hangul font of kjax/fonts.py."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
+    from kjax.fonts import hangul_font
+    font = hangul_font() or "sans-serif"
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     for name, pts in curves.items():
         if pts:
             steps, means, stds = zip(*pts)
@@ -95,9 +100,17 @@ def plot_progress(curves: dict, metric: str, baseline, path: str) -> str:
     ax.set_xlabel("pretraining step")
     ax.set_ylabel(f"dev {metric} (mean ± std over seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 2),
+                   fontsize=8, frameon=False, prop={"family": font, "size": 8})
     ax.set_title("kjax: downstream score vs pretraining step")
-    fig.tight_layout()
+    return fig
+
+
+def plot_progress(curves: dict, metric: str, baseline, path: str) -> str:
+    import matplotlib.pyplot as plt
+    fig = progress_figure(curves, metric, baseline)
     local = path if "://" not in path else os.path.join("/tmp", os.path.basename(path))
     fig.savefig(local, dpi=100)
     plt.close(fig)

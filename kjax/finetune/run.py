@@ -21,7 +21,6 @@ from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest
 from kjax.errors import KjaxError
 from kjax.progress import Progress
-from kjax.finetune.bio import tags_to_spans
 from kjax.finetune.plots import plot_learning_curve
 from kjax.finetune.trainer import FineTuner, bf_key, write_json
 from kjax.parallel.mesh import on_mesh, put_batch
@@ -77,12 +76,14 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
             state, metrics = train_step(state, batch)
             state["best"] = best
             bar.update()
-            if step % ft.log_every == 0 or step == start + 1:
+            evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
+            # Every evaluation step is logged too (the last step, an early stop's):
+            # the train curve then spans the run, whatever log_every is.
+            if step % ft.log_every == 0 or step == start + 1 or evaluate or step == stop_at:
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 m["epoch"] = (step - 1) / tuner.steps_per_epoch
                 writer.write(step, m)
                 bar.update(0, loss=f"{m['loss']:.3f}")
-            evaluate = step % tuner.eval_every == 0 or step == tuner.total_steps
             if evaluate:
                 improved = _evaluate_dev(tuner, state, bf_infers, step, progress_state, writer)
                 progress_state["bad_evals"] = 0 if improved else progress_state["bad_evals"] + 1
@@ -180,20 +181,8 @@ def _write_predictions(tuner, split: str, preds: list, path: str) -> None:
         return
     with open(path, "w", encoding="utf-8") as f:
         for ex, pred in zip(tuner.data.examples[split], preds):
-            row = {"guid": ex.guid}
-            if tuner.task == "qa":
-                row.update(question=ex.text_a, gold=[t for _, t in ex.label or ()],
-                           impossible=ex.impossible, pred=pred)
-            elif tuner.task == "ner":
-                row.update(text=ex.text_a, gold=_entities(ex.text_a, tags_to_spans(ex.char_tags)),
-                           pred=_entities(ex.text_a, tags_to_spans(pred)), pred_tags=pred)
-            else:
-                row.update(gold=ex.label, pred=float(pred) if tuner.task == "regress" else pred)
+            row = {"guid": ex.guid, **tuner.spec.prediction_row(ex, pred)}
             f.write(json.dumps(row, ensure_ascii=False, default=_plain) + "\n")
-
-
-def _entities(text: str, spans) -> list:
-    return [[s, e, t, text[s:e]] for s, e, t in spans]
 
 
 def _plain(x):

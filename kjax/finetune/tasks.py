@@ -14,7 +14,9 @@
                last column is "label" is a header naming the columns
 
 `--format auto` picks by extension and, for JSON, by the keys present.
-Every error names the file, the line (or item) and the fix.
+Every error names the file, the line (or item) and the fix. What a record
+means (a class name, a score, NER tags, choices, WiC spans), which formats
+a task reads and what it checks are the task's own (kjax/finetune/registry.py).
 """
 from __future__ import annotations
 
@@ -27,9 +29,8 @@ import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
-from kjax.finetune.bio import OUTSIDE, spans_to_tags, split_tag
+from kjax.finetune.bio import spans_to_tags
 
-TASKS = ("classify", "pair", "regress", "ner", "qa", "choice", "wic")
 FORMATS = ("auto", "klue-nli", "klue-sts", "klue-ynat", "klue-ner", "json", "jsonl", "tsv",
            "squad")
 TEXT_A_KEYS = ("text", "sentence", "sentence1", "text_a", "premise", "title", "document")
@@ -56,46 +57,38 @@ class Example:
 
 
 def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
-    if task not in TASKS:
-        raise KjaxError(f"--task {task!r}; choose one of {', '.join(TASKS)}")
+    from kjax.finetune.registry import finetune_task
+    spec = finetune_task(task)
     if fmt not in FORMATS:
         raise KjaxError(f"--format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not paths.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
-    fmt = detect_format(path, task) if fmt == "auto" else fmt
-    if (task == "qa") != (fmt == "squad"):
-        raise KjaxError(f"{path}: --task qa reads SQuAD-style JSON (KorQuAD, KLUE-MRC; "
-                        f"--format squad) and --format squad is only for --task qa")
-    if fmt == "squad":
-        from kjax.finetune.qa import read_squad
-        return read_squad(path)
-    if fmt == "klue-ner" and task != "ner":
-        raise KjaxError(f"{path}: the KLUE-NER format holds character tags; use --task ner "
-                        f"(or --format tsv for text<TAB>label rows)")
-    if fmt == "klue-ner":
-        examples = list(_read_klue_ner(path))
-    elif fmt == "tsv":
-        examples = list(_read_tsv(path, task))
-    else:
-        examples = [_from_record(rec, task, where) for rec, where in _records(path, fmt)]
+    fmt = spec.detect_format(path) if fmt == "auto" else fmt
+    examples = spec.read(path, fmt)
     if not examples:
         raise KjaxError(f"{path}: no examples found (format {fmt}); check the file and --format")
     for ex in examples:
-        check_example(ex, task)
+        spec.check(ex)
     return examples
 
 
+def read_generic(path: str, task, fmt: str) -> list[Example]:
+    """The JSON / JSONL / TSV readers; `task` (kjax/finetune/task.py) makes
+    each record an Example."""
+    if fmt == "tsv":
+        return list(_read_tsv(path, task))
+    return [_from_record(rec, task, where) for rec, where in _records(path, fmt)]
+
+
 def detect_format(path: str, task: str) -> str:
-    lower = path.lower()
-    if task == "qa":
-        return "squad"
-    if lower.endswith(".jsonl"):
-        return "jsonl"
-    if lower.endswith(".json"):
-        return "json"
+    from kjax.finetune.registry import finetune_task
+    return finetune_task(task).detect_format(path)
+
+
+def klue_ner_file(path: str) -> bool:
+    """Whether the file opens with KLUE-NER's comment header."""
     with paths.open_file(path, "r", encoding="utf-8") as f:
-        klue_ner = f.readline().startswith("## ")        # KLUE-NER's comment header
-    return "klue-ner" if task == "ner" or klue_ner else "tsv"
+        return f.readline().startswith("## ")
 
 
 def _records(path: str, fmt: str) -> Iterator[tuple[dict, str]]:
@@ -157,7 +150,7 @@ def _first(rec: dict, keys: Sequence[str]):
     return None
 
 
-def _from_record(rec, task: str, where: str) -> Example:
+def _from_record(rec, task, where: str) -> Example:
     if not isinstance(rec, dict):
         raise KjaxError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     guid = str(rec.get("guid", rec.get("id", where)))
@@ -168,23 +161,20 @@ def _from_record(rec, task: str, where: str) -> Example:
                         f"(a string)")
     if text_b is not None and not isinstance(text_b, str):
         raise KjaxError(f"{where}: the second text must be a string")
-    if task == "ner":
-        return Example(guid, text_a, None, None, _ner_tags(rec, text_a, where), where)
+    return task.from_record(rec, text_a, text_b, guid, where)
+
+
+def record_label(rec: dict, where: str):
+    """The record's label, as found (the task parses it)."""
     label = _first(rec, LABEL_KEYS)
     if isinstance(label, dict):                       # KLUE-STS: labels.label
         label = label.get("label", label.get("real-label"))
     if label is None:
         raise KjaxError(f"{where}: no label; give one of the keys {', '.join(LABEL_KEYS)}")
-    if task == "choice":
-        return _choice(rec, text_a, text_b, label, guid, where)
-    if task == "wic" and isinstance(text_b, str):
-        from kjax.finetune.wic import target_spans
-        return Example(guid, text_a, text_b, _label(label, task, where), None, where,
-                       target_spans=target_spans(rec, text_a, text_b, where))
-    return Example(guid, text_a, text_b, _label(label, task, where), None, where)
+    return label
 
 
-def _choice(rec, text_a, text_b, label, guid, where) -> Example:
+def choice_example(rec, text_a, text_b, label, guid, where) -> Example:
     """Multiple choice (NIKL CoPA: sentence, question 원인/결과, 1, 2, Answer):
     text_a the premise (its question appended), label the 0-based right choice."""
     choices = tuple(str(rec[k]) for k in CHOICE_KEYS if k in rec)
@@ -201,19 +191,7 @@ def _choice(rec, text_a, text_b, label, guid, where) -> Example:
     return Example(guid, premise, None, index, None, where, choices=choices)
 
 
-def _label(value, task: str, where: str):
-    if task == "regress":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise KjaxError(f"{where}: label {value!r} is not a number; --task regress "
-                            f"needs scores (use --task classify/pair for classes)") from None
-    if isinstance(value, (dict, list)) or value is None or str(value) == "":
-        raise KjaxError(f"{where}: label {value!r} is not a class name")
-    return str(value)
-
-
-def _ner_tags(rec: dict, text: str, where: str) -> tuple[str, ...]:
+def ner_tags(rec: dict, text: str, where: str) -> tuple[str, ...]:
     if "tags" in rec:
         return tuple(str(t) for t in rec["tags"])
     spans = []
@@ -230,7 +208,7 @@ def _ner_tags(rec: dict, text: str, where: str) -> tuple[str, ...]:
     return tuple(spans_to_tags(len(text), sorted(spans)))
 
 
-def _read_klue_ner(path: str) -> Iterator[Example]:
+def read_klue_ner(path: str) -> Iterator[Example]:
     """Blocks separated by blank lines; `## ` lines are comments, the last one
     holding a tab names the sentence (its guid); the rest are char<TAB>tag."""
     def flush(block, start_line):
@@ -264,7 +242,7 @@ def _read_klue_ner(path: str) -> Iterator[Example]:
     yield from flush(block, start)
 
 
-def _read_tsv(path: str, task: str) -> Iterator[Example]:
+def _read_tsv(path: str, task) -> Iterator[Example]:
     with paths.open_file(path, "r", encoding="utf-8") as f:
         rows = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, 1)
                 if line.strip()]
@@ -290,19 +268,8 @@ def _read_tsv(path: str, task: str) -> Iterator[Example]:
 
 
 def check_example(ex: Example, task: str) -> None:
-    if task == "classify" and ex.text_b is not None:
-        raise KjaxError(f"{ex.where}: a sentence pair, but --task classify takes one "
-                        f"sentence; use --task pair")
-    if task in ("pair", "wic") and ex.text_b is None:
-        raise KjaxError(f"{ex.where}: --task {task} needs a second sentence "
-                        f"({', '.join(TEXT_B_KEYS)})")
-    if task == "ner":
-        if len(ex.char_tags) != len(ex.text_a):
-            raise KjaxError(f"{ex.where}: {len(ex.char_tags)} tags for {len(ex.text_a)} "
-                            f"characters; give one tag per character")
-        bad = [t for t in ex.char_tags if t != OUTSIDE and split_tag(t)[0] == OUTSIDE]
-        if bad:
-            raise KjaxError(f"{ex.where}: tag {bad[0]!r} is not BIO (O, B-TYPE, I-TYPE)")
+    from kjax.finetune.registry import finetune_task
+    finetune_task(task).check(ex)
 
 
 def split_examples(examples: Sequence[Example], fractions: Sequence[float],
@@ -322,24 +289,5 @@ def split_examples(examples: Sequence[Example], fractions: Sequence[float],
 
 def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
     """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
-    if task in ("regress", "qa", "choice"):
-        return []
-    if task == "ner":
-        kinds = sorted({split_tag(t)[1] for part in splits for ex in part
-                        for t in ex.char_tags} - {""})
-        return [OUTSIDE] + [f"{p}-{k}" for k in kinds for p in "BI"]
-    train, *others = splits
-    names = sorted({ex.label for ex in train})
-    if len(set(names) & set(NLI_LABELS)) >= 2:       # NLI data: a stray label is a typo
-        stray = [ex for ex in train if ex.label not in NLI_LABELS]
-        if stray:
-            raise KjaxError(f"{stray[0].where}: label {stray[0].label!r} is not an NLI label "
-                            f"({', '.join(NLI_LABELS)}); fix the label or drop the example")
-        names = [n for n in NLI_LABELS if n in names]
-    known = set(names)
-    for part in others:
-        for ex in part:
-            if ex.label not in known:
-                raise KjaxError(f"{ex.where}: label {ex.label!r} never occurs in the training "
-                                f"data (labels: {', '.join(names)}); fix the file or the split")
-    return names
+    from kjax.finetune.registry import finetune_task
+    return finetune_task(task).label_names(splits)

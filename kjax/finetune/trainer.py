@@ -24,12 +24,11 @@ import numpy as np
 import optax
 
 from kjax.config import ConfigDict
-from kjax.finetune.bio import token_to_char_tags
 from kjax.finetune.features import Features, make_batch
-from kjax.finetune.heads import make_task_model, model_inputs, task_loss, task_predictions
-from kjax.finetune.metrics import PRIMARY, baseline_predictions, task_metrics
+from kjax.finetune.heads import make_task_model, model_inputs
 from kjax.finetune.pretrained import restore_pretrained_params
-from kjax.finetune.qa import decode_answers, gold_answers
+from kjax.finetune.registry import finetune_task
+from kjax.finetune.span_tasks import token_predictions  # noqa: F401  (its old home)
 from kjax.finetune.tasks import Example
 from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
                                 put_batch, replicated)
@@ -52,16 +51,13 @@ def bf_key(bf: float) -> str:
 
 @dataclasses.dataclass
 class TaskData:
-    task: str
+    task: str                              # a registered task's name
     label_names: list[str]
     examples: dict[str, list[Example]]     # train, dev[, test]
     features: dict[str, Features]
 
     def gold(self, split: str) -> list:
-        exs = self.examples[split]
-        if self.task == "qa":
-            return gold_answers(exs)
-        return [list(e.char_tags) for e in exs] if self.task == "ner" else [e.label for e in exs]
+        return finetune_task(self.task).gold(self.examples[split])
 
 
 class FineTuner:
@@ -73,6 +69,7 @@ class FineTuner:
         self.config, self.ft, self.data, self.mesh = config, ft, data, mesh
         self.mode = mode   # the input mode (kjax/inputs): model inputs, positions
         self.task, self.shake_cfg = data.task, shake_cfg
+        self.spec = finetune_task(data.task)   # the registered task: head, loss, metrics
         self.batch = ft.batch_size
         self.eval_batch = ft.eval_batch_size or ft.batch_size
         # choice: rows of one example stay together; batches count examples
@@ -89,7 +86,7 @@ class FineTuner:
         self.dropout = ft.classifier_dropout if ft.classifier_dropout >= 0 else \
             config.model.dropout_rate
         self.num_labels = max(len(data.label_names), 1)
-        self.metric = ft.select_metric or PRIMARY[self.task]
+        self.metric = ft.select_metric or self.spec.primary
         self.init = init
         self._models, self._train_steps, self._eval_steps = {}, {}, {}
         self._pretrained = None
@@ -159,7 +156,7 @@ class FineTuner:
 
     def train_step(self, bf: float):
         if bf not in self._train_steps:
-            model, tx, task, mode = self.model(bf, False), self.tx, self.task, self.mode
+            model, tx, task, mode = self.model(bf, False), self.tx, self.spec, self.mode
             group = self.group
 
             def step(state, batch):
@@ -168,7 +165,7 @@ class FineTuner:
                 def loss_fn(params):
                     out = model.apply({"params": params}, **model_inputs(batch, mode),
                                       rngs={"dropout": rng})
-                    return task_loss(task, out, batch, group)
+                    return task.loss(out, batch, group)
 
                 loss, grads = jax.value_and_grad(loss_fn)(state["params"])
                 updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -183,11 +180,11 @@ class FineTuner:
 
     def eval_step(self, bf: float):
         if bf not in self._eval_steps:
-            model, task, mode, group = self.model(bf, True), self.task, self.mode, self.group
+            model, task, mode, group = self.model(bf, True), self.spec, self.mode, self.group
 
             def step(params, batch):
                 out = model.apply({"params": params}, **model_inputs(batch, mode))
-                return task_predictions(task, out, group)
+                return task.predictions(out, group)
 
             self._eval_steps[bf] = jax.jit(
                 step, in_shardings=(self.shardings["params"], batch_sharding(self.mesh)),
@@ -228,28 +225,16 @@ class FineTuner:
             with self._context():
                 preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
             out += list(preds[:len(rows)])
-        if self.task == "qa":   # windows → one answer per question
-            allow_null = any(ex.impossible for ex in self.data.examples["train"])
-            return decode_answers(feats, out, self.data.examples[split], self.ft.n_best,
-                                  self.ft.max_answer_len, allow_null)
-        return [self._decode(feats, i, p) for i, p in enumerate(out)]
+        return self.spec.decode(self, split, feats, out)
 
     def _decode(self, feats: Features, i: int, pred):
-        if self.task == "regress":
-            return float(pred) * self.target_scale
-        if self.task == "choice":
-            return int(pred)
-        if self.task != "ner":
-            return self.data.label_names[int(pred)]
-        spans = feats.token_spans[i]
-        names = self.data.label_names
-        tags = [names[t] for t in token_predictions(feats, i, pred, names)]
-        return token_to_char_tags(feats.texts[i], tags[1:1 + len(spans)], spans)
+        """One row's prediction as the task reports it (a class name, a score, tags)."""
+        return self.spec.decode_row(self, feats, i, pred)
 
     def evaluate(self, params, split: str, bf: float) -> tuple[dict, list]:
         preds = self.predict(params, split, bf)
-        return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
-                            self.ft.sts_threshold), preds
+        return self.spec.metrics(self.data.gold(split), preds, self.data.label_names,
+                                 self.ft.sts_threshold), preds
 
     def selection_value(self, metrics: dict) -> float:
         v = metrics.get(self.metric)
@@ -259,24 +244,9 @@ class FineTuner:
 
     def baseline(self, split: str) -> dict:
         train_gold = self.data.gold("train")
-        preds = baseline_predictions(self.task, train_gold, self.data.gold(split))
-        return task_metrics(self.task, self.data.gold(split), preds, self.data.label_names,
-                            self.ft.sts_threshold)
-
-
-def token_predictions(feats: Features, row: int, pred, names: list[str]) -> list[int]:
-    """Per token of `row`, the label id predicted at the position it feeds; a
-    B- label continues as I- over the later tokens of the same position."""
-    owner = feats.token_position[row] if feats.token_position is not None else \
-        np.arange(len(pred))
-    n = int(feats.lengths[row])
-    out = []
-    for t in range(n):
-        label = int(pred[owner[t]])
-        if t and owner[t] == owner[t - 1] and names[label].startswith("B-"):
-            label = names.index("I-" + names[label][2:])
-        out.append(label)
-    return out
+        preds = self.spec.baseline(train_gold, self.data.gold(split))
+        return self.spec.metrics(self.data.gold(split), preds, self.data.label_names,
+                                 self.ft.sts_threshold)
 
 
 def write_json(path: str, obj) -> None:

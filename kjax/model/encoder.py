@@ -77,6 +77,11 @@ class Embeddings(nn.Module):
             tokens = self.word_embeddings(input_ids)
         else:
             tokens = self.morpheme_vectors(multihot, token_type_ids.shape[-1])
+        if self.config.type_vocab_size == 1:
+            # A one-row table (RoBERTa, imported) has segment 0 only: every token
+            # takes it, as RoBERTa's tokenizer gives a pair's second sentence type 0
+            # (flax's one-row Embed broadcasts anyway; said here, not left to it).
+            token_type_ids = jnp.zeros_like(token_type_ids)
         x = tokens + self.position_embeddings(position_ids) + \
             self.token_type_embeddings(token_type_ids)
         if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":

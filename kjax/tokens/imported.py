@@ -115,3 +115,34 @@ def tokenizer_json_from_folder(hf_dir: str) -> str | None:
         cls_token=settings.get("cls_token", "[CLS]"), pad_token=settings.get("pad_token", "[PAD]"),
         mask_token=settings.get("mask_token", "[MASK]"))
     return tk.to_str()
+
+
+def single_segment(text: str) -> str:
+    """tokenizers JSON whose post-processor gives a pair's second sentence
+    token type 0, for a model with one token-type row (RoBERTa, KLUE-RoBERTa
+    whose vocab.txt tokenizer is BERT's): transformers' RoBERTa tokenizer
+    returns all-0 types, and a type 1 would index past the exported model's
+    one-row table. BERT's processor becomes the same template with type 0."""
+    tree = json.loads(text)
+
+    def zero(proc):
+        if not isinstance(proc, dict):
+            return proc
+        if proc.get("type") == "BertProcessing":
+            (sep, sep_id), (cls, cls_id) = proc["sep"], proc["cls"]
+            special = lambda tok: {"SpecialToken": {"id": tok, "type_id": 0}}  # noqa: E731
+            seq = lambda name: {"Sequence": {"id": name, "type_id": 0}}  # noqa: E731
+            proc = {"type": "TemplateProcessing",
+                    "single": [special(cls), seq("A"), special(sep)],
+                    "pair": [special(cls), seq("A"), special(sep), seq("B"), special(sep)],
+                    "special_tokens": {t: {"id": t, "ids": [i], "tokens": [t]}
+                                       for t, i in ((cls, cls_id), (sep, sep_id))}}
+        if proc.get("type") == "TemplateProcessing":
+            for piece in proc["single"] + proc["pair"]:
+                next(iter(piece.values()))["type_id"] = 0
+        if proc.get("type") == "Sequence":
+            proc["processors"] = [zero(p) for p in proc["processors"]]
+        return proc
+
+    tree["post_processor"] = zero(tree.get("post_processor"))
+    return json.dumps(tree, ensure_ascii=False)
