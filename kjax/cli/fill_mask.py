@@ -30,16 +30,23 @@ def register(verbs, add_config) -> None:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
     p.add_argument("--top-k", type=int, default=5, help="answers per [MASK] (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, before_load=check_args)
 
 
-def run(args, config) -> int:
-    from kjax.analysis.fill_mask import FillMask, read_check_set, run_check
+def check_args(args) -> None:
+    """What needs no config is checked first (before the run's config is read)."""
+    from kjax.analysis.fill_mask import MASK_TEXT, encode_masked
     given = [x is not None for x in (args.text, args.file, args.check)]
     if sum(given) != 1:
         raise KjaxError("kjax fill-mask: give one of a text, --file TEXTS or --check [SET.tsv]")
     if args.top_k < 1:
         raise KjaxError(f"--top-k {args.top_k}: give 1 or more")
+    if args.text is not None and MASK_TEXT not in args.text:
+        encode_masked(None, args.text, 0)   # its error names the text
+
+
+def run(args, config) -> int:
+    from kjax.analysis.fill_mask import FillMask, read_check_set, run_check
     if args.check is not None:
         rows = read_check_set(args.check or None)
         result = run_check(FillMask(config, args.workdir, args.step), rows, args.top_k)
