@@ -133,6 +133,7 @@ def run_demo(config, workdir: str) -> None:
     # Never deletes: an existing run of this demo is continued, its tokenizer
     # and examples reused (prepare resumes; a mismatch is a one-line error).
     check_demo_workdir(config, workdir, compare=False)
+    without_debian_corpus(config)
     if paths.isfile(tokenizer_file(config)):
         path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
     else:
@@ -161,5 +162,48 @@ def run_demo(config, workdir: str) -> None:
               f"(vs {result['peak_source']})")
     if "message" in result:
         print(f"{workdir}: {result['message']}")
-    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}; "
-          f"demo took {time.time() - start:.0f} s")
+    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
+    show_fill_mask(config, workdir)
+    print(f"demo took {time.time() - start:.0f} s")
+
+
+def without_debian_corpus(config) -> None:
+    """The demo's LibreOffice prose comes from a Debian package that `make demo`
+    fetches; where it could not (no apt-get), the demo trains without it —
+    said in one line, in its own data folders, never silently."""
+    from kjax.text.debian_corpus import PACKAGE, available
+    name = "libreoffice-ko"
+    corpora = {k: getattr(config, k).corpus for k in ("data", "tokenizer")}
+    if available() or not any(name in c.split(",") for c in corpora.values()):
+        return
+    for key, spec in corpora.items():
+        getattr(config, key).corpus = ",".join(p for p in spec.split(",") if p != name)
+    config.tokenizer.path += "_without_libreoffice"
+    config.data.dir += "_without_libreoffice"
+    print(f"[note] {PACKAGE} is not here (fetch it with `python -m kjax.text.debian_corpus`, "
+          f"which needs apt-get): training on {config.data.corpus} alone; fill-mask will be "
+          f"weaker than README's figures")
+
+
+# Everyday sentences of the check set the summary shows (kjax/analysis/data).
+DEMO_FILL_MASK = ("오늘 날씨[MASK] 정말 좋네요.", "우리는 학교[MASK] 갔습니다.",
+                  "저는 커피[MASK] 좋아합니다.")
+
+
+def show_fill_mask(config, workdir: str, top_k: int = 3) -> None:
+    """The model's top answers on a few everyday sentences it never saw, and
+    its hit rates on the whole check set: what `kjax fill-mask` prints."""
+    from kjax.analysis.fill_mask import FillMask, read_check_set, run_check, shown
+    try:
+        filler = FillMask(config, workdir)
+    except KjaxError as e:   # a scheme or input mode fill-mask does not support
+        print(f"fill-mask: not shown ({e})")
+        return
+    print(f"fill-mask (top {top_k}) on everyday sentences written for its check set:")
+    for text, (found,) in zip(DEMO_FILL_MASK, filler.predict(list(DEMO_FILL_MASK), top_k)):
+        answers = ", ".join(f"{shown(a)} {a.probability:.2f}" for a in found)
+        print(f"  {text}  →  {found[0].filled}   ({answers})")
+    check = run_check(filler, read_check_set(), top_k=5)
+    print(f"  check set: the right particle/ending is the top answer in {check['top1']:.0%} and "
+          f"among the top 5 in {check['topk']:.0%} of {check['sentences']} sentences "
+          f"(`kjax fill-mask --workdir {workdir} --check` lists them)")
