@@ -143,6 +143,9 @@ def test_one_line_errors(trained, tmp_path, capsys):
     config = tiny_config(tmp, **{"model.input_mode": "merged"})
     with pytest.raises(KjaxError, match="input_mode='merged' puts several tokens"):
         fm.check_supported(config, SimpleNamespace(scheme="sentencepiece"))
+    config = tiny_config(tmp, **{"model.input_mode": "shared_position"})
+    with pytest.raises(KjaxError, match="input_mode='shared_position' numbers them from morph"):
+        fm.check_supported(config, SimpleNamespace(scheme="sentencepiece"))
     with pytest.raises(KjaxError, match="tokenizer.scheme='sentencepiece' \\(this run's is "
                                         "'morph-sp'"):
         fm.check_supported(tiny_config(tmp), SimpleNamespace(scheme="morph-sp"))

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kjax.errors import KjaxError
-from kjax.inputs import input_mode
+from kjax.inputs import InputMode, input_mode
 from kjax.tokens.sentencepiece import CLS, MASK, SEP, WORD_START
 
 MASK_TEXT = "[MASK]"
@@ -54,9 +54,13 @@ def check_supported(config, tokenizer) -> None:
                         f"is {tokenizer.scheme!r}: its tokens are made from morphemes, and a "
                         f"[MASK] in raw text has none); inspect such a model with `kjax export` "
                         f"and the exported tokenizer")
-    if not input_mode(config).positions_are_tokens:
+    mode = input_mode(config)
+    if not mode.positions_are_tokens:
         raise KjaxError(f"kjax fill-mask predicts one token per position; model.input_mode="
                         f"{config.model.input_mode!r} puts several tokens at a position")
+    if type(mode).position_ids is not InputMode.position_ids:
+        raise KjaxError(f"kjax fill-mask numbers positions 0..n-1; model.input_mode="
+                        f"{config.model.input_mode!r} numbers them from morphemes")
 
 
 def mask_starts_word(text: str) -> list[bool]:
