@@ -5,9 +5,10 @@ How a text becomes the model's input: the run's tokenizer encodes it as
 pretraining did (`[MASK]` is one of its special pieces), between [CLS] and
 [SEP]. A [MASK] written after a space stands for the first piece of a new
 word; sentencepiece would put its bare word-start piece `▁` before it, which
-is dropped, so the [MASK] takes the place of that word's first piece (as in
-pretraining, where a masked word hides all its pieces). A [MASK] glued to a
-word (`학교[MASK]`) continues that word: a particle, an ending, a syllable.
+is dropped, so the [MASK] takes the place of that word's first piece (`▁학교`,
+or a bare `▁` when the word starts with a piece of its own). A [MASK] glued to
+a word (`학교[MASK]`) continues that word: a particle, an ending, a syllable.
+One [MASK] is one piece: a word of three pieces needs three.
 
 How answers read: a piece `▁학교` starts a word (shown with a leading space
 in the filled text); `에` continues the one before; the bare `▁` is shown as
