@@ -25,6 +25,10 @@ for all 300-600 steps a demo can afford (eval accuracy 0.125 = always the bare
 (particles and endings become targets beside their stems), 30 % masking, no
 dropout and no NSP leave the plateau within ~300 steps. BPE over the prose and
 the headwords makes few bare ▁ pieces (1.5 % of KLUE tokens; unigram: 11 %).
+The price: position embeddings past 32 stay as initialised (the table keeps
+128 rows for fine-tuning, finetune.max_seq_len), so this model reads short
+texts best; the UKnowBERT/morph demos (kjax/cli/demo.py CLASSIC_DEMO) keep rows
+of 128.
 """
 from kjax.config import defaults
 
