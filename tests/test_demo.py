@@ -42,7 +42,8 @@ def test_each_demo_has_its_own_run_and_data_folders(tmp_path, monkeypatch, capsy
 @pytest.mark.slow
 def test_demo_continues_its_own_run_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    ov = tiny_overrides(str(tmp_path), **{"train.num_steps": 4, "train.checkpoint_every": 2})
+    ov = tiny_overrides(str(tmp_path), **{"train.num_steps": 4, "train.checkpoint_every": 2,
+                                          "train.nsp_weight": 0.0})   # as the demo: MLM alone
     assert main(["demo", "--workdir", "run", *ov]) == 0
     first = capsys.readouterr().out
     assert "[3/3]" in first and "continuing" not in first
