@@ -138,6 +138,14 @@ def test_one_line_errors(trained, tmp_path, capsys):
     empty.write_text("\n\n", encoding="utf-8")
     assert main(["fill-mask", "--workdir", run, "--file", str(empty), *ov]) == 2
     assert "no texts" in one_line_error(capsys)
+    empty.write_text("국민[MASK] 권리\n\n국민의 권리\n", encoding="utf-8")
+    assert main(["fill-mask", "--workdir", run, "--file", str(empty), *ov]) == 2
+    assert "empty.txt:3: no [MASK] in '국민의 권리'" in one_line_error(capsys)
+    empty.write_text("국민[MASK] 권리\n\n모든 [MASK] 평등하다\n", encoding="utf-8")
+    assert main(["fill-mask", "--workdir", run, "--file", str(empty), "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["text"] for x in lines] == ["국민[MASK] 권리", "모든 [MASK] 평등하다"]
+    assert all(len(x["masks"]) == 1 and len(x["masks"][0]) == 5 for x in lines)
     assert main(["fill-mask", "--workdir", str(tmp_path / "none"), "x[MASK]", *ov]) == 2
     one_line_error(capsys)
     config = tiny_config(tmp, **{"model.input_mode": "merged"})

@@ -75,10 +75,15 @@ NOTE = ("'␣ (word boundary)' is sentencepiece's bare word-start piece ▁: the
 
 
 def _read_texts(path: str) -> list[tuple[int, str]]:
+    from kjax.analysis.fill_mask import MASK_TEXT
     from kjax.cli.inspect import read_lines
     lines = read_lines(path)
     if not lines:
         raise KjaxError(f"--file {path}: no texts (one text with [MASK] a line)")
+    for n, text in lines:
+        if MASK_TEXT not in text:
+            raise KjaxError(f"--file {path}:{n}: no [MASK] in {text[:60]!r}; every line needs "
+                            f"one or more")
     return lines
 
 
