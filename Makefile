@@ -33,11 +33,16 @@ venv: $(DEV)
 # `make demo DEMO_ARGS=--uknowbert`: UKnowBERT-S (tiny) with all five objectives.
 # Each demo has its own run folder (runs/demo, runs/demo_uknowbert, ...); run
 # again, it continues that run and deletes nothing.
+# The demo's LibreOffice prose is Debian's libreoffice-help-ko, fetched once into
+# the kjax cache (apt-get download + dpkg-deb -x, kjax/text/debian_corpus.py);
+# without apt-get that step says so in one line and the demo trains without it.
 DEMO_ARGS ?=
 demo: $(STAMP)
+	$(PY) -m kjax.text.debian_corpus
 	$(VENV)/bin/kjax demo $(DEMO_ARGS)
 
 demo-uknowbert: $(STAMP)
+	$(PY) -m kjax.text.debian_corpus
 	$(VENV)/bin/kjax demo --uknowbert
 
 # The wheel as users install it: built, installed into a fresh venv (not this

@@ -50,7 +50,7 @@ setup(
     # (kjax.config.resolve_config_path); the repo keeps them at the top level.
     packages=find_packages(include=["kjax", "kjax.*"]) + ["kjax.tpu_configs"],
     package_dir={"kjax.tpu_configs": "tpu_configs"},
-    package_data={"kjax": ["knowledge/data/*"], "kjax.tpu_configs": ["*.py"]},
+    package_data={"kjax": ["knowledge/data/*", "analysis/data/*"], "kjax.tpu_configs": ["*.py"]},
     install_requires=CORE,
     extras_require={
         "torch": ["torch>=2.4,<3", "transformers>=5,<6"],

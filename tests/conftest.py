@@ -34,6 +34,12 @@ def tiny_overrides(tmp: str, **extra) -> list[str]:
         "train.batch_size": 16, "train.num_steps": 6, "train.warmup_steps": 2,
         "train.log_every": 1, "train.eval_every": 0, "train.checkpoint_every": 3,
         "train.eval_batches": 2,
+        # The recipe the tests were written against (BERT's: MLM + NSP, whole-eojeol
+        # masking at 15 %, dropout, a unigram vocabulary), whatever the demo's is.
+        "model.dropout_rate": 0.1, "model.attention_dropout_rate": 0.1,
+        "tokenizer.model_type": "unigram", "data.masked_lm_prob": 0.15,
+        "data.mask_unit": "eojeol", "data.nsp_prob": 0.5, "train.nsp_weight": 1.0,
+        "train.learning_rate": 1e-3,
     }
     values.update(extra)
     return [f"--config.{k}={v}" for k, v in values.items()]

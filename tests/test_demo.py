@@ -42,10 +42,13 @@ def test_each_demo_has_its_own_run_and_data_folders(tmp_path, monkeypatch, capsy
 @pytest.mark.slow
 def test_demo_continues_its_own_run_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    ov = tiny_overrides(str(tmp_path), **{"train.num_steps": 4, "train.checkpoint_every": 2})
+    ov = tiny_overrides(str(tmp_path), **{"train.num_steps": 4, "train.checkpoint_every": 2,
+                                          "train.nsp_weight": 0.0})   # as the demo: MLM alone
     assert main(["demo", "--workdir", "run", *ov]) == 0
     first = capsys.readouterr().out
     assert "[3/3]" in first and "continuing" not in first
+    assert "fill-mask (top 3) on everyday sentences" in first and "nsp_acc" not in first
+    assert "오늘 날씨[MASK] 정말 좋네요.  →  " in first and "of 32 sentences" in first
     before = {**tree(tmp_path / "run"), **{f"data/{k}": v for k, v in tree(tmp_path).items()
                                              if k.startswith(("tok", "examples"))}}
     assert "kjax_config.py" in before and "checkpoints/4/_CHECKPOINT_METADATA" in before
@@ -71,3 +74,25 @@ def test_the_summary_says_what_the_numbers_say():
     assert loss_trend(7.622, 7.628) == "loss rose from 7.622 to 7.628"
     assert loss_trend(7.628, 6.1) == "loss fell from 7.628 to 6.100"
     assert loss_trend(7.6221, 7.6224) == "loss stayed at 7.622"
+
+
+def test_without_the_debian_corpus_the_demo_says_what_it_trains_on(monkeypatch, capsys):
+    """No libreoffice-help-ko (no apt-get): the demo drops it from both corpora,
+    in data folders of their own, and says so — never silently."""
+    from conftest import DEMO_CONFIG
+    from kjax.cli.demo import without_debian_corpus
+    from kjax.config import load_config
+    from kjax.text import debian_corpus
+    config = load_config(DEMO_CONFIG)
+    assert "libreoffice-ko" in config.data.corpus.split(",")
+    monkeypatch.setattr(debian_corpus, "available", lambda: True)
+    without_debian_corpus(config)
+    assert "libreoffice-ko" in config.data.corpus and capsys.readouterr().out == ""
+    monkeypatch.setattr(debian_corpus, "available", lambda: False)
+    without_debian_corpus(config)
+    assert config.data.corpus == "konlpy,chatterbot-ko"
+    assert config.tokenizer.corpus == "konlpy,chatterbot-ko,urimalsam"
+    assert config.data.dir.endswith("_without_libreoffice")
+    assert config.tokenizer.path.endswith("_without_libreoffice")
+    out = capsys.readouterr().out
+    assert "libreoffice-help-ko is not here" in out and "training on konlpy,chatterbot-ko alone" in out

