@@ -4,7 +4,8 @@
 # expected result: experiments/configs/shake_sanity.py). Fine-tuning uses no
 # shaking (bf 0), as the thesis's "+0.3 pretraining helps even with no
 # manipulation at fine-tuning" (METHODS §1.6); variants 5-6 keep their input mode.
-#   bash experiments/shake_sanity.sh [pretrain|ner|nli|qa ...]   (default: all)
+#   bash experiments/shake_sanity.sh [STAGE[_VARIANT] ...]   (default: pretrain ner nli qa)
+# e.g. `ner_pos_plus`: NER of variant pos_plus only.
 set -euo pipefail
 DATA=${DATA:-../shared/data}
 KJAX=${KJAX:-.venv/bin/kjax}
@@ -28,17 +29,16 @@ NLI="--task pair --train $DATA/klue/klue-nli-v1.1_dev.json --config.finetune.spl
 QA="--task qa --train $DATA/korquad/KorQuAD_v1.0_dev.json --config.finetune.split=(0.8,0.2)
     --config.finetune.max_examples=300 --config.finetune.doc_stride=64 --config.finetune.epochs=2
     --config.finetune.patience=0 --config.finetune.learning_rate=0"
-stages=${*:-pretrain ner nli qa}
-for stage in $stages; do
-  for v in $VARIANTS; do
+for arg in ${*:-pretrain ner nli qa}; do
+  stage=${arg%%_*}; only=${arg#"$stage"}; only=${only#_}
+  for v in ${only:-$VARIANTS}; do
     W=$RUNS/$v
     case $stage in
       pretrain)
         [ -f runs/shake_sanity_data/tokenizer/sp.model ] || $KJAX tokenizer train --config $C
         $KJAX prepare --config $C
         # shellcheck disable=SC2086
-        $KJAX train --config $C --workdir $W ${KEYS[$v]}
-        $KJAX eval --config $C --workdir $W ${KEYS[$v]} ;;
+        $KJAX train --config $C --workdir $W ${KEYS[$v]} ;;   # evaluates at 100, 200, 300
       ner|nli|qa)
         T=${stage^^}
         # shellcheck disable=SC2086
