@@ -47,3 +47,14 @@ for arg in ${*:-pretrain ner nli qa}; do
     esac
   done
 done
+# Fine-tuning *with* shaking (run by hand, 2026-11-25): variant 2 at bf +0.3 in
+# fine-tuning and inference, and the thesis's four combinations (--sweep:
+# fine-tune at bf ∓0.3 × infer at bf 0 / +0.3) for variants 1 and 2, NER only.
+#   W=$RUNS/pos_plus
+#   $KJAX finetune $NER --config $W/kjax_config.py --init $W --seeds 1,2,3 \
+#       --out $RUNS/ft/ner_pos_plus_shaken \
+#       --config.finetune.shake.bf_train=0.3 --config.finetune.shake.bf_infer=0.3
+#   for v in pos_plus baseline; do W=$RUNS/$v
+#     $KJAX finetune $NER --config $W/kjax_config.py --init $W --seeds 1,2,3 --sweep \
+#         --out $RUNS/ft/ner_${v}_sweep
+#   done
