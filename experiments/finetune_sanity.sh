@@ -3,6 +3,7 @@
 # table"). Needs the demo pretraining runs and ../shared/data:
 #   kjax demo                      → runs/demo            (one-hot, sentencepiece)
 #   kjax demo --scheme multihot    → runs/demo_multihot   (UKnowBERT's multi-hot input)
+# The SHAKE variants pretrained with shaking: experiments/shake_sanity.sh.
 # Each line: KLUE / KorQuAD dev files carved into seeded splits
 # (finetune.split, split_seed 12345), `max_examples` per split, 3 seeds.
 set -euo pipefail
@@ -16,8 +17,9 @@ NER="--task ner --train $DATA/klue/klue-ner-v1.1_dev.tsv --config.finetune.max_e
 QA="--task qa --train $DATA/korquad/KorQuAD_v1.0_dev.json --config.finetune.split=(0.8,0.2)
     --config.finetune.max_examples=300 --config.finetune.doc_stride=64 --config.finetune.epochs=2
     --config.finetune.patience=0 --config.finetune.learning_rate=0"
-for init in demo demo_multihot; do   # QA: one seed (CPU time)
+for init in demo demo_multihot; do   # QA: seed 0 (2026-11-24), then seeds 1,2,3 (2026-11-25)
   $KJAX finetune $QA --init runs/$init --out $OUT/qa_$init
+  $KJAX finetune $QA --init runs/$init --seeds 1,2,3 --out $OUT/qa3_$init
 done
 # the shaken variant: the one-hot demo model fine-tuned and inferred with POS B (bf +0.3)
 $KJAX finetune $NER --init runs/demo --out $OUT/demo_shaken_ner --seeds 1,2,3 \
