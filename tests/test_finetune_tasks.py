@@ -189,3 +189,20 @@ def test_a_model_that_cannot_beat_the_baseline_is_told_so():
     run["results"]["+0"]["dev"]["accuracy"] = 0.45
     assert weak_model_note({**summarize([run], "accuracy"), "learning_rate": 5e-4,
                             "epochs": 3}) is None
+
+
+def test_a_constant_predictor_is_told_so_even_above_the_baseline():
+    """KLUE-NLI on the demo: every dev prediction one class that leads dev but
+    not train scored 0.3533 against the majority's 0.3217 — not learning."""
+    from kjax.finetune.experiment import summarize, weak_model_note
+    from kjax.finetune.run import constant_prediction
+    assert constant_prediction(["neutral"] * 5) == '"neutral"'
+    assert constant_prediction(["neutral"] * 4 + ["entailment"]) is None
+    assert constant_prediction([["O", "O"], ["O", "O"]]) == '["O", "O"]'
+    run = {"bf_train": 0.0, "results": {"+0": {"dev": {"accuracy": 0.3533}}},
+           "baseline": {"dev": {"accuracy": 0.3217}}}
+    summary = {**summarize([run], "accuracy"), "learning_rate": 5e-4, "epochs": 3}
+    assert weak_model_note(summary) is None   # above the baseline by itself
+    note = weak_model_note(summary, '"neutral"')
+    assert note.startswith('note: every run predicted "neutral" for all of dev (dev accuracy '
+                           '0.3533, the no-model baseline 0.3217): a constant predictor'), note

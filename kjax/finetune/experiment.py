@@ -168,19 +168,30 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned,
                    learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs)
-    summary["note"] = weak_model_note(summary)
+    constant = {e.get("constant", {}).get("dev") for r in runs for e in r["results"].values()}
+    summary["note"] = weak_model_note(summary, constant.pop() if len(constant) == 1 else None)
     if jax.process_index() == 0:
         write_json(paths.join(out, "summary.json"), summary)
         paths.write_text(paths.join(out, "summary.md"), summary["table"] + "\n")
     return summary
 
 
-def weak_model_note(summary: dict) -> str | None:
+def weak_model_note(summary: dict, constant: str | None = None) -> str | None:
     """A line saying so when no combination beat the no-model baseline on dev
-    (the README's demo NLI at 5e-5 scored exactly the majority class)."""
+    (the README's demo NLI at 5e-5 scored exactly the majority class), or when
+    every run predicted one answer for all of dev (`constant`): at 5e-4 the
+    same demo "beat" the majority with 0.3533 by always saying the class that
+    leads dev but not train."""
     metric, base = summary["metric"], summary["baseline"].get("dev", {}).get(summary["metric"])
     scores = [r["dev"][metric]["mean"] for r in summary["rows"]
               if r.get("dev", {}).get(metric, {}).get("mean") is not None]
+    if constant is not None and scores:
+        return (f"note: every run predicted {constant} for all of dev (dev {metric} "
+                f"{max(scores):.4f}, the no-model baseline {base if base is None else f'{base:.4f}'}): "
+                f"a constant predictor, the encoder learned nothing for this task (too weak, "
+                f"or learning rate {summary.get('learning_rate'):g} / "
+                f"{summary.get('epochs')} epochs did not train it); pretrain longer, or raise "
+                f"--config.finetune.learning_rate / epochs")
     if base is None or not scores or max(scores) > base + 0.01:
         return None
     return (f"note: dev {metric} {max(scores):.4f} does not beat the no-model baseline "

@@ -159,10 +159,12 @@ def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress
     results = {}
     for bf in bf_infers:
         params = state["best"][bf_key(bf)]
-        entry = {"best_step": progress_state["best"].get(bf_key(bf), {}).get("step")}
+        entry = {"best_step": progress_state["best"].get(bf_key(bf), {}).get("step"),
+                 "constant": {}}
         for split in splits:
             metrics, preds = tuner.evaluate(params, split, bf)
             entry[split] = metrics
+            entry["constant"][split] = constant_prediction(preds)
             suffix = "" if len(bf_infers) == 1 else f"_bf{bf_key(bf)}"
             _write_predictions(tuner, split, preds, os.path.join(
                 out_dir, f"predictions_{split}{suffix}.jsonl"))
@@ -174,6 +176,14 @@ def _final_evaluation(tuner, state, seed, bf_train, bf_infers, out_dir, progress
             "examples": {s: len(e) for s, e in tuner.data.examples.items()},
             "rows": {s: len(f) for s, f in tuner.data.features.items()},   # qa: windows
             "truncated": {s: f.truncated for s, f in tuner.data.features.items()}}
+
+
+def constant_prediction(preds: list) -> str | None:
+    """The one prediction a run gave every example (as text), or None: a
+    constant predictor can beat the training-majority baseline when another
+    class happens to lead the eval split, without having learned anything."""
+    distinct = {json.dumps(p, ensure_ascii=False, default=_plain) for p in preds}
+    return next(iter(distinct)) if len(distinct) == 1 else None
 
 
 def _write_predictions(tuner, split: str, preds: list, path: str) -> None:
