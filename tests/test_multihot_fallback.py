@@ -102,6 +102,7 @@ def test_composition_and_thin_fallback_warning(tmp_path, capsys):
     code = main(["tokenizer", "train", "--config", DEMO_CONFIG,
                  "--config.tokenizer.scheme=multihot", "--config.tokenizer.vocab_size=800",
                  "--config.tokenizer.corpus=", "--config.data.corpus=konlpy",   # the fixture text
+                 "--config.data.mask_unit=eojeol",   # the demo masks pieces; multi-hot cannot
                  f"--config.tokenizer.path={tmp_path}/tok"])
     out = capsys.readouterr().out
     assert code == 0 and "multi-hot vocabulary:" in out and "BPE (rewritten by POS)" in out
