@@ -48,18 +48,17 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1) -> gra
     ds = (grain.MapDataset.source(source).seed(d.seed + config.train.seed).shuffle()
           .repeat(None).map(records.decode_example))
     ds = ds.random_map(ToModelInputs(config, dynamic_masking=d.masking == "dynamic"))
+    read = grain.ReadOptions(num_threads=2, prefetch_buffer_size=config.train.prefetch)
     if config.train.packing:   # rows of several examples (kjax/batches/packing.py)
         local = batch // process_count
-        ds = ds[process_index::process_count].to_iter_dataset(grain.ReadOptions(
-            num_threads=2, prefetch_buffer_size=config.train.prefetch))
+        ds = ds[process_index::process_count].to_iter_dataset(read)
         return in_workers(pack(ds, config, bins=local).batch(local, drop_remainder=True),
                           config)
     # Process p takes rows [p·L, (p+1)·L) of every global batch (lazily: it
     # reads only those). Masks are drawn by global record index, so the
     # global batch, and the loss curve, do not depend on the process count.
     ds = ds.batch(batch // process_count, drop_remainder=True)[process_index::process_count]
-    return in_workers(ds.to_iter_dataset(grain.ReadOptions(
-        num_threads=2, prefetch_buffer_size=config.train.prefetch)), config)
+    return in_workers(ds.to_iter_dataset(read), config)
 
 
 def in_workers(ds: grain.IterDataset, config) -> grain.IterDataset:

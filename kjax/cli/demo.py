@@ -208,23 +208,24 @@ DEMO_FILL_MASK = ("오늘 날씨[MASK] 정말 좋네요.", "우리는 학교[MAS
 def show_fill_mask(config, workdir: str, top_k: int = 3) -> None:
     """The model's top answers on a few everyday sentences it never saw, with
     the answers a reader accepts, and its hit rates on the whole check set:
-    what `kjax fill-mask` prints."""
-    from kjax.analysis.fill_mask import (FillMask, is_hit, mask_starts_word, read_check_set,
-                                         run_check, shown)
+    what `kjax fill-mask` prints. One pass over the check set gives both (the
+    shown sentences are among its rows)."""
+    from kjax.analysis.fill_mask import WORD_BOUNDARY, FillMask, read_check_set, run_check
     try:
         filler = FillMask(config, workdir)
     except KjaxError as e:   # a scheme or input mode fill-mask does not support
         print(f"fill-mask: not shown ({e})")
         return
-    accepted = dict(read_check_set())
-    print(f"fill-mask (top {top_k}) on everyday sentences of its check set, never trained on:")
-    for text, (found,) in zip(DEMO_FILL_MASK, filler.predict(list(DEMO_FILL_MASK), top_k)):
-        answers = ", ".join(f"{shown(a)} {a.probability:.2f}" for a in found)
-        hits = [is_hit(a, accepted[text], mask_starts_word(text)[0]) for a in found]
-        verdict = (f"right answer ranked {hits.index(True) + 1}" if any(hits) else
-                   f"wrong: {'/'.join(accepted[text])} not in the top {top_k}")
-        print(f"  {text}  →  {answers}  ({verdict})")
     check = run_check(filler, read_check_set(), top_k=5)
+    rows = {r["sentence"]: r for r in check["rows"]}
+    print(f"fill-mask (top {top_k}) on everyday sentences of its check set, never trained on:")
+    for text in DEMO_FILL_MASK:
+        row, rank = rows[text], rows[text]["hit_rank"]
+        answers = ", ".join(f"{a['text'] or WORD_BOUNDARY} {a['probability']:.2f}"
+                            for a in row["answers"][:top_k])
+        verdict = (f"right answer ranked {rank}" if rank and rank <= top_k else
+                   f"wrong: {'/'.join(row['accepted'])} not in the top {top_k}")
+        print(f"  {text}  →  {answers}  ({verdict})")
     print(f"  check set: the right particle/ending is the top answer in {check['top1']:.0%} and "
           f"among the top 5 in {check['topk']:.0%} of {check['sentences']} sentences "
           f"(`kjax fill-mask --workdir {workdir} --check` lists them)")

@@ -185,20 +185,19 @@ def weak_model_note(summary: dict, constant: str | None = None) -> str | None:
     metric, base = summary["metric"], summary["baseline"].get("dev", {}).get(summary["metric"])
     scores = [r["dev"][metric]["mean"] for r in summary["rows"]
               if r.get("dev", {}).get(metric, {}).get("mean") is not None]
-    if constant is not None and scores:
+    constant = constant if scores else None
+    if constant is None and (base is None or not scores or max(scores) > base + 0.01):
+        return None
+    why = (f"the encoder is too weak for this task (a tiny or briefly pretrained model), or it "
+           f"did not train (learning rate {summary.get('learning_rate'):g}, "
+           f"{summary.get('epochs')} epochs); pretrain longer, or raise "
+           f"--config.finetune.learning_rate / epochs")
+    if constant is not None:
         return (f"note: every run predicted {constant} for all of dev (dev {metric} "
                 f"{max(scores):.4f}, the no-model baseline {base if base is None else f'{base:.4f}'}): "
-                f"a constant predictor, the encoder learned nothing for this task (too weak, "
-                f"or learning rate {summary.get('learning_rate'):g} / "
-                f"{summary.get('epochs')} epochs did not train it); pretrain longer, or raise "
-                f"--config.finetune.learning_rate / epochs")
-    if base is None or not scores or max(scores) > base + 0.01:
-        return None
+                f"a constant predictor: {why}")
     return (f"note: dev {metric} {max(scores):.4f} does not beat the no-model baseline "
-            f"{base:.4f}: the encoder is too weak for this task (a tiny or briefly pretrained "
-            f"model), or it did not train (learning rate {summary.get('learning_rate'):g}, "
-            f"{summary.get('epochs')} epochs); pretrain longer, or raise "
-            f"--config.finetune.learning_rate / epochs")
+            f"{base:.4f}: {why}")
 
 
 def mean_std(values: list[float | None]) -> dict:
