@@ -51,7 +51,7 @@ def open_filler(config, workdir: str, step: int | None = None):
     """The fill-mask for this run's input mode: one token per position
     (fill_mask.FillMask) or one morpheme per position (MorphemeFillMask)."""
     mode = input_mode(config)
-    if mode.name == "multihot":
+    if mode.positions_are_morphemes:
         return MorphemeFillMask(config, workdir, step)
     if not mode.positions_are_tokens:
         raise KjaxError(f"kjax fill-mask: model.input_mode={config.model.input_mode!r} puts a "
