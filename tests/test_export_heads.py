@@ -75,3 +75,26 @@ def test_every_export_loads_as_a_classifier_and_a_qa_model(tmp_path, kind):
             first = "start_logits" if auto is AutoModelForQuestionAnswering else "logits"
             assert not torch.allclose(shaken[first], out[first])
             assert torch.equal(zero[first], out[first])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_export_fills_masks_with_its_pretrained_head(tmp_path, kind):
+    """Issue 26: the default export keeps the MLM head; AutoModelForMaskedLM (what
+    pipeline("fill-mask") loads) finds every weight in the folder and its logits
+    are kjax's."""
+    from transformers import AutoModelForMaskedLM
+    kwargs, inputs, _, _ = exported(kind, str(tmp_path))
+    model, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True,
+                                                       **kwargs)
+    assert not info["missing_keys"], info
+    if kind == "modern":   # test_modern.py compares ModernBERT's logits
+        return
+    batch = {k: torch.as_tensor(np.asarray(v), dtype=torch.long) for k, v in inputs.items()}
+    with torch.no_grad():
+        logits = model.eval()(**batch).logits.numpy()
+    enc = {"onehot": tiny_encoder, "multihot": tiny_multihot,
+           "shaken": lambda: tiny_encoder(shake_factor=(0.3, 0.3))}[kind]()
+    want = hx.jax_outputs(random_params(enc, seed=5), enc, inputs)["mlm_logits"]
+    diffs = hx.max_abs_diffs({"mlm_logits": logits}, {"mlm_logits": want},
+                             inputs["attention_mask"])
+    assert diffs["mlm_logits"] <= 1e-4, diffs

@@ -102,6 +102,30 @@ def test_probabilities_are_the_mlm_head_run_by_hand(trained, capsys):
     assert "[MASK] 2 of 2" in table and "(step 4;" in table and "word boundary" in table
 
 
+def test_exported_folder_answers_through_the_transformers_pipeline(trained, tmp_path, capsys):
+    """`kjax export` (default: with the pretraining heads) → pipeline("fill-mask"):
+    no weight newly initialised, the same top-k pieces and probabilities as
+    `kjax fill-mask` on the checkpoint."""
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM, pipeline
+    tmp, run = trained
+    out = str(tmp_path / "hf")
+    assert main(["export", "--workdir", run, "--out", out]) == 0
+    capsys.readouterr()
+    _, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"], info
+    _, info = AutoModel.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"], info
+    text = "모든 국민[MASK] 법 앞에 평등하다."
+    answers = pipeline("fill-mask", model=out, dtype=torch.float32)(text, top_k=5)
+    (found,), = fm.FillMask(tiny_config(tmp), run).predict([text], top_k=5)
+    assert [a["token_str"].replace(" ", "") for a in answers] == [a.text for a in found]
+    np.testing.assert_allclose([a["score"] for a in answers], [a.probability for a in found],
+                               rtol=1e-4, atol=1e-6)
+    card = open(f"{out}/README.md", encoding="utf-8").read()
+    assert "pipeline(\"fill-mask\", model=folder)" in card and "pipeline_tag: fill-mask" in card
+
+
 def test_check_set_hit_rates(trained, tmp_path, capsys):
     rows = fm.read_check_set()   # the shipped everyday sentences
     assert len(rows) >= 30 and all(s.count("[MASK]") == 1 and a for s, a in rows)
@@ -157,3 +181,87 @@ def test_one_line_errors(trained, tmp_path, capsys):
     with pytest.raises(KjaxError, match="tokenizer.scheme='sentencepiece' \\(this run's is "
                                         "'morph-sp'"):
         fm.check_supported(tiny_config(tmp), SimpleNamespace(scheme="morph-sp"))
+
+
+# ---- multi-hot (UKnowBERT) models: a [MASK] is one morpheme position ----------------------
+@pytest.fixture(scope="module")
+def multihot_run(tmp_path_factory):
+    """A multi-hot checkpoint with random weights (a transformers folder from
+    kjax's writer, brought in by `kjax import`): (config, workdir)."""
+    from test_export import random_params
+    from conftest import DEMO_CONFIG, tiny_overrides
+    from kjax.config import load_config
+    from kjax.export import hf_export as hx
+    from kjax.model.config import EncoderConfig
+    from kjax.morph.tags import TAGS
+    from kjax.tokens.multihot import BASE_TOKENS, MultihotVocab
+    tmp = tmp_path_factory.mktemp("fill_mask_multihot")
+    words = ["나", "##는", "##가", "##를", "##을", "##에", "학교", "커피", "좋아하##", "##ㅂ니다",
+             "보##", "##았", "##다", "@날", "@씨"]
+    MultihotVocab([*BASE_TOKENS, *words]).save(str(tmp / "mh.multihot.txt"))
+    overrides = tiny_overrides(str(tmp), **{
+        "model.input_mode": "multihot", "tokenizer.scheme": "multihot",
+        "tokenizer.path": f"{tmp}/mh", "model.vocab_size": len(BASE_TOKENS) + len(words),
+        "model.num_pos_tags": len(TAGS), "model.max_tokens_per_morpheme": 4,
+        "train.mlm_loss": "eq9", "data.mask_unit": "morpheme"})
+    config = load_config(DEMO_CONFIG, overrides)
+    enc = EncoderConfig.from_config(config.model)
+    hx.write_hf_model(random_params(enc, seed=3), enc, str(tmp / "hf"))
+    assert main(["import", "--hf", str(tmp / "hf"), "--out", str(tmp / "w"), *overrides]) == 0
+    return config, str(tmp / "w")
+
+
+def test_multihot_fill_mask_is_its_mlm_head_run_by_hand(multihot_run, capsys):
+    """Morpheme answers: the mixture over word-class tags (fill_mask_morphemes.py)
+    against BertForPreTraining over every position, softmax by numpy, and every
+    (token, tag) the vocabulary's §2.2 rules make one morpheme."""
+    from kjax.analysis import fill_mask_morphemes as fmm
+    from kjax.checkpoint.restore import restore_params
+    from kjax.morph.tags import TAGS
+    from kjax.tokens.multihot import token_surface
+    from kjax.train.state import make_model
+    config, run = multihot_run
+    text = "저는 커피[MASK] 좋아합니다."
+    assert main(["fill-mask", "--workdir", run, text, "--top-k", "3", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    (found,) = printed["masks"]
+    filler = fmm.open_filler(config, run)
+    assert isinstance(filler, fmm.MorphemeFillMask)
+    row, (at,) = filler.encode(text)
+    tokens = row["token_ids"][row["token_position"] == at]
+    assert tokens.tolist() == [MASK]                  # one position, one [MASK] token
+    params, _ = restore_params(config, run)
+    model = make_model(config, deterministic=True)
+    vocab = filler.tokenizer.vocab
+    mixture = {}
+    for tag in fmm.TAG_SET:
+        multihot = {k: row[k][None] for k in ("token_ids", "token_position", "token_inpos",
+                                              "position_tags")}
+        multihot["position_tags"] = multihot["position_tags"].copy()
+        multihot["position_tags"][0, at] = tag
+        logits = model.apply({"params": params}, row["token_ids"][None],
+                             row["token_type_ids"][None], row["attention_mask"][None],
+                             multihot=multihot)["mlm_logits"][0, at]
+        probs = np.asarray(jax.nn.softmax(np.asarray(logits, np.float64)))
+        for v in range(5, len(vocab)):
+            form = token_surface(vocab.id_to_token(v))
+            if vocab.encode_morpheme_ids(form, TAGS[tag]) == (v,):
+                key = (form, not fmm.continues_word(TAGS[tag]))
+                mixture[key] = mixture.get(key, 0.0) + probs[v] / len(fmm.TAG_SET)
+    best = sorted(mixture, key=lambda k: -mixture[k])[:3]
+    assert [(a["text"], a["starts_word"]) for a in found] == best
+    np.testing.assert_allclose([a["probability"] for a in found],
+                               [mixture[k] for k in best], rtol=1e-4)
+    assert ("를", False) in mixture and ("학교", True) in mixture    # particles glue, nouns start
+    assert found[0]["filled"] == fm.fill_text(text, 0, *best[0])
+    # --check runs on it (the hit rule reads answers as morphemes)
+    assert main(["fill-mask", "--workdir", run, "--check", "--top-k", "3"]) == 0
+    assert "top-3" in capsys.readouterr().out
+
+
+def test_merged_positions_are_refused_in_one_line(trained, capsys):
+    from kjax.analysis.fill_mask_morphemes import open_filler
+    tmp, run = trained
+    config = tiny_config(tmp, **{"model.input_mode": "merged"})
+    with pytest.raises(KjaxError, match="substantive and its postposition in one position"):
+        open_filler(config, run)

@@ -13,7 +13,9 @@ from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaModel
 
 from conftest import DEMO_CONFIG
 from kjax.config import load_config
+from kjax.checkpoint.restore import restore_params
 from kjax.export import hf_export as hx
+from kjax.export.checkpoint_export import export_checkpoint
 from kjax.export import hf_import as hi
 from kjax.finetune.features import Encoder
 from kjax.finetune.tasks import Example
@@ -44,7 +46,7 @@ def test_roberta_pairs_match_transformers_and_export_keeps_one_type_row(tmp_path
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
     config = load_config(report["config"])
     assert config.model.type_vocab_size == 1 and report["position_offset"] == 1
-    params, _ = hx.restore_params(config, str(tmp_path / "w"))
+    params, _ = restore_params(config, str(tmp_path / "w"))
     enc = EncoderConfig.from_config(config.model)
     feats = Encoder(load_tokenizer(config), "pair", ["x"], 32).encode(
         [Example("a", KOREAN[0], KOREAN[1], "x"), Example("b", KOREAN[3], KOREAN[8], "x")])
@@ -60,7 +62,7 @@ def test_roberta_pairs_match_transformers_and_export_keeps_one_type_row(tmp_path
     diffs = hx.max_abs_diffs({k: got[k] for k in want}, want, inputs["attention_mask"])
     assert max(diffs.values()) <= 1e-5, diffs
     # exported back: one token-type row, the same encoder
-    hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))
+    export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"))
     with open(os.path.join(tmp_path / "out", "config.json"), encoding="utf-8") as f:
         assert json.load(f)["type_vocab_size"] == 1
     # the exported tokenizer's pairs (BERT's template from vocab.txt gave

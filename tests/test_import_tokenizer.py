@@ -80,7 +80,7 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     assert feats.attention_mask[0].tolist() == row["attention_mask"]
     # kjax inspect reads it; kjax export writes it back as the fast tokenizer it was
     from kjax.cli.inspect import inspect_text
-    from kjax.export.hf_export import export_checkpoint
+    from kjax.export.checkpoint_export import export_checkpoint
     shown = inspect_text(KOREAN[0], config, tok)
     assert shown["scheme"] == "imported"
     assert [r["id"] for r in shown["tokens"]] == want(KOREAN[0], add_special_tokens=False)[
@@ -156,6 +156,7 @@ def electra_small_folder(path) -> "torch.nn.Module":
 
 
 def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
+    from kjax.checkpoint.restore import restore_params
     from kjax.export import hf_export as hx
     from kjax.model.config import EncoderConfig
     model = electra_small_folder(tmp_path / "hf")
@@ -163,7 +164,7 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     config = load_config(report["config"])
     assert config.model.embedding_size == 16 and config.model.hidden_size == 32
     assert "electra.embeddings_project.weight" not in report["unused_source_tensors"]
-    params, _ = hx.restore_params(config, str(tmp_path / "w"))
+    params, _ = restore_params(config, str(tmp_path / "w"))
     assert params["embeddings"]["word_embeddings"]["embedding"].shape == (model.config.vocab_size, 16)
     assert params["embeddings"]["embeddings_project"]["kernel"].shape == (16, 32)
     enc = EncoderConfig.from_config(config.model)
@@ -182,7 +183,8 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     # exported back as ELECTRA (BERT has no projection), MLM head = the generator head
     import jax
     from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForQuestionAnswering
-    result = hx.export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"),
+    from kjax.export.checkpoint_export import export_checkpoint
+    result = export_checkpoint(config, str(tmp_path / "w"), str(tmp_path / "out"),
                                   with_heads=True)
     assert result["architecture"] == "ElectraForMaskedLM"
     assert max(result["verified_max_abs_diff"].values()) <= 1e-5, result
@@ -198,7 +200,7 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     assert type(qa).__name__ == "ElectraForQuestionAnswering"
     back = hi.import_hf(str(tmp_path / "out"), str(tmp_path / "w2"), load_config(DEMO_CONFIG))
     assert back["initialised"] == ["pooler", "nsp"]     # ELECTRA has neither
-    again, _ = hx.restore_params(load_config(back["config"]), str(tmp_path / "w2"))
+    again, _ = restore_params(load_config(back["config"]), str(tmp_path / "w2"))
     for name in ("embeddings", "encoder", "mlm_transform", "mlm_layer_norm", "mlm_bias"):
         for a, b in zip(jax.tree.leaves(again[name]), jax.tree.leaves(params[name])):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)

@@ -93,6 +93,38 @@ def test_training_lowers_the_loss_and_writes_outputs(prepared, tmp_path):
     assert evaluated["mlm_loss"] == pytest.approx(logged["mlm_loss"], rel=1e-5)
 
 
+def test_an_mlm_only_run_reports_no_nsp_figure(prepared, tmp_path, capsys):
+    """Issue 26: NSP at weight 0 is off, so no NSP number appears anywhere a run
+    reports: eval lines, metrics.jsonl, TensorBoard, `kjax eval`, the model card
+    (whose first line names the objectives that trained)."""
+    from kjax.cli import main
+    from kjax.export.model_card import write_model_card
+    config = tiny_config(prepared, **{"train.nsp_weight": 0.0, "train.num_steps": 4,
+                                      "train.eval_every": 4, "train.checkpoint_every": 4})
+    workdir = str(tmp_path / "run")
+    train(config, workdir, progress=False)
+    rows = read_metrics(workdir)
+    assert {r["split"] for r in rows} >= {"train", "eval"}
+    assert all("mlm_loss" in r for r in rows if r["split"] in ("train", "eval"))
+    assert not [k for r in rows for k in r if k.startswith("nsp")]
+    events = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(workdir, "tensorboard"))
+              for f in fs]
+    logged = b"".join(open(f, "rb").read() for f in events)
+    assert b"mlm_loss" in logged and b"nsp" not in logged
+    assert main(["eval", "--workdir", workdir]) == 0
+    printed = capsys.readouterr().out
+    assert "mlm_loss" in printed and "nsp" not in printed
+    card = write_model_card(config, workdir, str(tmp_path), 4, "BertForPreTraining", True,
+                            "float32", {"class": "PreTrainedTokenizerFast"})
+    text = open(card, encoding="utf-8").read()
+    assert "A BERT encoder pretrained with kjax (MLM), exported" in text
+    assert "mlm_accuracy" in text and "nsp" not in text.split("## Training config")[0]
+    with_nsp = tiny_config(prepared)                       # weight 1: both are named
+    write_model_card(with_nsp, workdir, str(tmp_path), 4, "BertForPreTraining", True,
+                     "float32", {"class": "PreTrainedTokenizerFast"})
+    assert "pretrained with kjax (MLM + NSP)" in open(card, encoding="utf-8").read()
+
+
 def test_nan_params_are_never_saved(prepared, tmp_path):
     from kjax.checkpoint.manager import Checkpointer
     ckpt = Checkpointer(str(tmp_path / "ck"), 1, 2)

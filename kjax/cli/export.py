@@ -1,7 +1,7 @@
 """`kjax export` and `kjax import`: checkpoints to and from transformers.
 
     kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
-                [--with-pretraining-heads] [--no-verify]
+                [--encoder-only] [--no-verify]
     kjax import --hf DIR --out W [--config BASE] [--config-out FILE]
 
 torch and transformers are imported only when a verb runs (`pip install
@@ -31,13 +31,17 @@ def _print(result: dict) -> None:
 def run_export(args, config) -> int:
     _require_torch()
     if config.model.arch == "modern":   # ModernBertForMaskedLM (always with its MLM head)
+        if args.encoder_only:
+            raise KjaxError("--encoder-only: a modern-recipe run exports as "
+                            "ModernBertForMaskedLM, whose encoder AutoModel loads from the same "
+                            "folder; drop --encoder-only")
         from kjax.export.modernbert_export import export_checkpoint as export_modern
         _print(export_modern(config, args.workdir, args.out, args.step, args.dtype,
                              verify=not args.no_verify))
         return 0
-    from kjax.export.hf_export import export_checkpoint
+    from kjax.export.checkpoint_export import export_checkpoint
     _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
-                             args.with_pretraining_heads, verify=not args.no_verify))
+                             with_heads=not args.encoder_only, verify=not args.no_verify))
     return 0
 
 
@@ -67,7 +71,9 @@ def register(verbs, add_config) -> None:
         "tokenizer, model card) that AutoModel loads with no custom code",
         description="Writes a checkpoint of WORKDIR as a transformers 5 folder: config.json, "
         "model.safetensors, the tokenizer, README.md (model card), kjax_export.json. The config "
-        "is the one the run recorded (WORKDIR/kjax_config.py) unless --config is given. One-hot models load with "
+        "is the one the run recorded (WORKDIR/kjax_config.py) unless --config is given. The "
+        "pretraining heads are written (--encoder-only leaves them out): pipeline('fill-mask', "
+        "model=OUT) answers as `kjax fill-mask` does. One-hot models load with "
         "AutoModel.from_pretrained(OUT) (no custom code); multi-hot (UKnowBERT) models also get "
         "modeling_kjax_multihot.py and need trust_remote_code=True. morph-sp/multihot "
         "tokenizers need kjax installed. The folder is loaded back and compared with kjax "
@@ -78,9 +84,14 @@ def register(verbs, add_config) -> None:
     ex.add_argument("--out", required=True, help="output folder")
     ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="weights dtype in model.safetensors (default float32)")
-    ex.add_argument("--with-pretraining-heads", action="store_true",
-                    help="also write the MLM and NSP heads (BertForPreTraining); default: "
-                    "encoder + pooler (BertModel). Knowledge heads are never written")
+    heads = ex.add_mutually_exclusive_group()
+    heads.add_argument("--encoder-only", action="store_true",
+                       help="write the encoder + pooler alone (BertModel / ElectraModel / "
+                       "KjaxMultihotModel); default: with the pretraining heads (MLM + NSP: "
+                       "BertForPreTraining), so pipeline('fill-mask') and AutoModelForMaskedLM "
+                       "load the trained head. Knowledge heads are never written")
+    heads.add_argument("--with-pretraining-heads", action="store_true",
+                       help="the default since the heads are always written; still accepted")
     ex.add_argument("--no-verify", action="store_true",
                     help="skip loading the folder back with transformers and comparing logits")
     ex.set_defaults(handler=run_export)

@@ -1,6 +1,7 @@
 """`kjax fill-mask`: what a pretraining checkpoint puts in place of [MASK],
 without exporting it (kjax/analysis/fill_mask.py says how texts are encoded
-and how answers read).
+and how answers read; fill_mask_morphemes.py for multi-hot (UKnowBERT) runs,
+whose [MASK] is one morpheme and whose answers are morphemes).
 
     kjax fill-mask --workdir runs/demo "오늘 날씨[MASK] 정말 좋네요." [--top-k 5]
     kjax fill-mask --workdir runs/demo --file TEXTS [--json]
@@ -16,7 +17,8 @@ from kjax.errors import KjaxError
 
 def register(verbs, add_config) -> None:
     p = verbs.add_parser("fill-mask", help="the top-k answers of a pretraining checkpoint for "
-                         "each [MASK] of a text, as readable text (no export needed)")
+                         "each [MASK] of a text, as readable text (no export needed); "
+                         "multi-hot runs: a [MASK] is one morpheme, answers are morphemes")
     p.add_argument("text", nargs="?", default=None,
                    help='a text with [MASK], e.g. "오늘 날씨[MASK] 정말 좋네요." (or --file)')
     p.add_argument("--file", default=None, metavar="TEXTS",
@@ -46,15 +48,16 @@ def check_args(args) -> None:
 
 
 def run(args, config) -> int:
-    from kjax.analysis.fill_mask import FillMask, read_check_set, run_check
+    from kjax.analysis.fill_mask import read_check_set, run_check
+    from kjax.analysis.fill_mask_morphemes import open_filler
     if args.check is not None:
         rows = read_check_set(args.check or None)
-        result = run_check(FillMask(config, args.workdir, args.step), rows, args.top_k)
+        result = run_check(open_filler(config, args.workdir, args.step), rows, args.top_k)
         print(json.dumps(result, ensure_ascii=False, indent=2) if args.json
               else format_check(result))
         return 0
     texts = [args.text] if args.text is not None else [t for _, t in _read_texts(args.file)]
-    filler = FillMask(config, args.workdir, args.step)
+    filler = open_filler(config, args.workdir, args.step)
     from kjax.progress import Progress
     with Progress("fill-mask", total=len(texts), unit="text", enabled=len(texts) > 16) as bar:
         answers = filler.predict(texts, args.top_k, progress=bar)
@@ -65,7 +68,7 @@ def run(args, config) -> int:
     else:
         print("\n\n".join(format_answers(text, per_mask) for text, per_mask in
                           zip(texts, answers)))
-        print(f"\n(step {filler.step}; {NOTE})")
+        print(f"\n(step {filler.step}; {getattr(filler, 'note', NOTE)})")
     return 0
 
 

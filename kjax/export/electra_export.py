@@ -2,8 +2,8 @@
 < hidden_size, KoELECTRA-small style) ⇄ transformers ELECTRA.
 
 BERT has no embedding projection, so `kjax export` writes these as ELECTRA:
-`ElectraModel` (the encoder), or with --with-pretraining-heads
-`ElectraForMaskedLM`, whose generator head is kjax's MLM head exactly
+`ElectraForMaskedLM` (the default), or with --encoder-only `ElectraModel`
+(the encoder). ElectraForMaskedLM's generator head is kjax's MLM head exactly
 (dense H → E, GELU, LayerNorm over E, decoder tied to E_word, bias):
 
     kjax                                 transformers (ELECTRA)
@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from kjax.errors import KjaxError
 from kjax.export import hf_export as hx
 from kjax.model.config import EncoderConfig
 
@@ -92,7 +93,6 @@ def verify_electra(params: dict, enc: EncoderConfig, out_dir: str, with_heads: b
     import jax
     import torch
     from transformers import AutoModel, AutoModelForMaskedLM
-    from kjax.errors import KjaxError
     if dtype == "bfloat16":
         params = jax.tree.map(lambda x: np.asarray(torch.from_numpy(np.array(x, np.float32))
                                                    .bfloat16().float()), params)

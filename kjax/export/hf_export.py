@@ -1,4 +1,4 @@
-"""kjax params ⇄ transformers `BertForPreTraining` weights, and `kjax export`.
+"""kjax params ⇄ transformers `BertForPreTraining` weights: the common writer.
 
 transformers 5 has no Flax classes and no Flax↔PyTorch converter, so the
 mapping lives here, in one table used in both directions (export and
@@ -14,19 +14,17 @@ is bit-exact in fp32.
     mlm_bias [V]                           cls.predictions.bias (decoder tied)
 
 Multi-hot models (input_mode='multihot') add E_inpos/E_postag and load through
-remote code: multihot_export.py.
+remote code: multihot_export.py. ELECTRA (electra_export.py) and `kjax export`
+(checkpoint_export.py) build on this module; it imports neither.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
-from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.export import multihot_export as mx
-from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 
 # (transformers suffix, kjax path inside the module that owns it, conversion kind)
@@ -162,19 +160,18 @@ def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
 
 
 def architecture(enc: EncoderConfig, with_heads: bool) -> str:
-    if enc.projects_embeddings:   # E < H: written as ELECTRA (electra_export.py)
-        from kjax.export.electra_export import architecture as electra_architecture
-        return electra_architecture(with_heads)
+    """The class this module writes (a model with an embedding projection is
+    written as ELECTRA instead: checkpoint_export.py chooses)."""
     if mx.is_multihot(enc):
         return mx.architecture(with_heads)
     return "BertForPreTraining" if with_heads else "BertModel"
 
 
-def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool = False,
+def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool = True,
                    dtype: str = "float32") -> list[str]:
     """Writes config.json + model.safetensors that transformers loads with no
-    custom code (multi-hot: with its remote code). Without heads the
-    architecture is BertModel."""
+    custom code (multi-hot: with its remote code). With the pretraining heads
+    (the default) the architecture is BertForPreTraining, without BertModel."""
     import torch
     from safetensors.torch import save_file
     if dtype not in ("float32", "bfloat16"):
@@ -276,43 +273,3 @@ def verify_export(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bo
         raise KjaxError(f"{out_dir}: transformers disagrees with kjax (max abs diff {diffs}); "
                         f"this is a kjax bug — report it with the config")
     return diffs
-
-
-def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
-                      dtype: str = "float32", with_heads: bool = False,
-                      verify: bool = True) -> dict:
-    """`kjax export`: checkpoint → transformers folder (weights, config,
-    tokenizer, model card)."""
-    from kjax import paths
-    from kjax.export.model_card import write_model_card
-    from kjax.export.tokenizer_export import export_tokenizer
-    from kjax.tokens.factory import local_tokenizer
-    input_mode(config).export_check(config)   # a mode transformers cannot run: one line
-    enc = EncoderConfig.from_config(config.model)
-    if enc.projects_embeddings and mx.is_multihot(enc):
-        raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
-                        f"model with an embedding projection has no transformers class yet")
-    params, step = restore_params(config, workdir, step)
-    # transformers writes and reads local folders: a gs:// --out is written to a
-    # local folder first and uploaded once verified (kjax/paths.py).
-    with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
-        # the tokenizer first: a missing one fails before the weights are written
-        tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
-        if enc.projects_embeddings:   # BERT has no embeddings_project: ELECTRA
-            from kjax.export import electra_export as ee
-            keys = ee.write_electra(params, enc, local_out, with_heads, dtype)
-            diffs = ee.verify_electra(params, enc, local_out, with_heads, dtype) \
-                if verify else None
-        else:
-            keys = write_hf_model(params, enc, local_out, with_heads, dtype)
-            diffs = verify_export(params, enc, local_out, with_heads, dtype) if verify else None
-        write_model_card(config, workdir, local_out, step, with_heads, dtype, tokenizer,
-                         shown_as=out_dir)
-        with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
-            json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                       "step": step, "dtype": dtype, "with_pretraining_heads": with_heads,
-                       "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
-                      f, ensure_ascii=False, indent=1)
-    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
-            "architecture": architecture(enc, with_heads),
-            "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}

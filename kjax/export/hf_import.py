@@ -32,6 +32,7 @@ import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
+from kjax.export import electra_export as ee
 from kjax.export import multihot_export as mx
 from kjax.inputs import MODES, input_mode
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
@@ -145,7 +146,6 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
         tensors = {f"{prefix}.{k}" if k.startswith(("embeddings.", "encoder.", "pooler."))
                    else k: v for k, v in tensors.items()}   # saved from the bare model
     if any(k.startswith("generator_predictions.") for k in tensors):
-        from kjax.export import electra_export as ee   # an ELECTRA generator: its MLM head
         arch = {**arch, "heads": ee.HEADS, "mlm_bias": ee.MLM_BIAS}
     used: set[str] = set()
 

@@ -8,9 +8,11 @@ import os
 
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
+from kjax.objectives import objectives_title, reported_metrics
 
 EXAMPLE = "대한민국의 수도는 서울이다."
 MASKED = "대한민국의 수도는 [MASK]이다."
+MASKED_GLUED = "저는 커피[MASK] 좋아합니다."   # a particle: one piece in any vocabulary
 
 
 def _last_metrics(workdir: str) -> dict[str, dict]:
@@ -54,6 +56,14 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
                   "with torch.no_grad():",
                   "    logits = mlm(**inputs).logits                  # [1, morphemes, vocab]",
                   "print(tokenizer.convert_ids_to_tokens(logits[0, 1].topk(5).indices.tolist()))"]
+    elif with_heads and not remote_tokenizer:
+        lines += ["",
+                  "# Fill-mask with the pretrained MLM head (`kjax fill-mask` answers the same)",
+                  "from transformers import pipeline",
+                  "fill = pipeline(\"fill-mask\", model=folder)",
+                  f"for answer in fill({MASKED_GLUED!r}, top_k=5):",
+                  "    print(answer[\"token_str\"], round(answer[\"score\"], 3), "
+                  "answer[\"sequence\"])"]
     elif with_heads:
         lines += ["",
                   "# Fill-mask with the pretrained MLM head",
@@ -77,18 +87,22 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
     return lines
 
 
-def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: bool,
-                     dtype: str, tokenizer: dict, shown_as: str | None = None) -> str:
+def write_model_card(config, workdir: str, out_dir: str, step: int, architecture: str,
+                     with_heads: bool, dtype: str, tokenizer: dict,
+                     shown_as: str | None = None) -> str:
     """README.md: what was trained, on what, for how long, and how it ended
-    (`shown_as`: the folder's name in the usage lines, when written elsewhere)."""
-    from kjax.export.hf_export import architecture
+    (`shown_as`: the folder's name in the usage lines, when written elsewhere).
+    Only the objectives the run's config turned on are named and reported."""
     m, d, t = config.model, config.data, config.train
     enc = EncoderConfig.from_config(m)
     multihot = mx.is_multihot(enc)
+    trained = objectives_title(config)
     lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
+             *(["pipeline_tag: fill-mask"] if with_heads else []),
              "---", f"# {config.name} (kjax export, step {step})", "",
-             f"A BERT encoder pretrained with kjax (MLM + NSP), exported at step {step} of "
-             f"{t.num_steps} as {architecture(enc, with_heads)} ({dtype}).",
+             f"A BERT encoder pretrained with kjax ({trained}), exported at step {step} of "
+             f"{t.num_steps} as {architecture} ({dtype})" + (
+                 ", with its pretraining heads." if with_heads else ", encoder only."),
              "", "## Model",
              f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
              f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
@@ -98,6 +112,7 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: 
                  "morpheme, in modeling_kjax_multihot.py; knowledge heads are not exported."
                  if multihot else ""), "",
              "## Training",
+             f"- objectives: {trained}",
              f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
              f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
              f"- batch {t.batch_size}, learning rate {t.learning_rate}, warmup "
@@ -107,7 +122,7 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, with_heads: 
     if metrics:
         lines += ["## Last metrics", "| split | step | metric | value |", "|---|---|---|---|"]
         for split, record in sorted(metrics.items()):
-            for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+            for key in reported_metrics(config):
                 if isinstance(record.get(key), (int, float)):
                     lines.append(f"| {split} | {record.get('step')} | {key} | {record[key]:.4f} |")
         lines.append("")

@@ -43,6 +43,7 @@ class InputMode:
     name = ""
     embedding = "tokens"                 # kjax.model.encoder.EMBEDDINGS
     positions_are_tokens = True          # False: a position sums several tokens
+    positions_are_morphemes = False      # one morpheme per position (fill-mask: [MASK] is one)
     schemes: tuple = TOKENIZER_SCHEMES   # tokenizer.scheme values it works with
     why_schemes = ""                     # ... and why, for the error
     mlm_losses: tuple = ("ce",)          # train.mlm_loss values (kjax/objectives/mlm.py)

@@ -15,6 +15,7 @@ class Multihot(SegmentMode):
     schemes = ("multihot",)
     why_schemes = "positions are its morphemes"
     knowledge_positions = True
+    positions_are_morphemes = True
     export_format = "kjax_multihot"
 
     def loader_resources(self, config) -> dict:

@@ -47,6 +47,17 @@ def enabled(config) -> tuple[Objective, ...]:
     return tuple(o for o in OBJECTIVES if o.enabled(config))
 
 
+def reported_metrics(config) -> tuple[str, ...]:
+    """"loss" and the metrics of the objectives the config turns on: what a
+    report of this run may show (a metric of an objective that was off is none)."""
+    return ("loss", *(m for o in enabled(config) for m in o.metric_names))
+
+
+def objectives_title(config) -> str:
+    """The objectives that trained, as reports name them: "MLM + NSP"."""
+    return " + ".join(o.title for o in enabled(config))
+
+
 def objective_weights(config) -> dict[str, float]:
     """Each objective's factor in the training loss: `kjax eval`'s "loss" sums
     the same way."""
@@ -88,4 +99,5 @@ def slots(batch: dict, config) -> dict:
 
 
 __all__ = ["OBJECTIVES", "METRIC_OBJECTIVE", "Objective", "check_config", "dummy_inputs",
-           "enabled", "model_inputs", "objective_weights", "pretraining_loss", "slots"]
+           "enabled", "model_inputs", "objective_weights", "objectives_title", "pretraining_loss",
+           "reported_metrics", "slots"]

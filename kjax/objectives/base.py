@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 class Objective:
     name = ""
+    label = ""                          # how reports name it ("MLM"); default `name`
     metrics: tuple[str, ...] = ()       # besides f"{name}_loss"
     auxiliary = False
 
@@ -42,6 +43,10 @@ class Objective:
         """How many slots of the batch count: the weight of its metrics when
         batches of any fill are combined."""
         raise NotImplementedError
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
 
     @property
     def metric_names(self) -> tuple[str, ...]:

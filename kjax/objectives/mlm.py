@@ -14,6 +14,7 @@ ONE_TARGET = "ce"
 
 class MaskedLM(Objective):
     name = "mlm"
+    label = "MLM"
     metrics = ("mlm_accuracy",)
 
     def check(self, config, mode) -> None:

@@ -1,7 +1,10 @@
-"""Next-sentence prediction (METHODS §4): with the BERT recipe always computed
-and reported; its weight in the loss is train.nsp_weight (0: MLM-only
-pretraining, as RoBERTa and SHAKE). The modern recipe (model.arch=modern)
-has no NSP head: the objective is off and a weight > 0 is refused."""
+"""Next-sentence prediction (METHODS §4): on with the BERT recipe when its
+weight train.nsp_weight is > 0; at 0 (MLM-only pretraining, as RoBERTa and
+SHAKE) it is off, so neither computed nor reported (eval lines,
+metrics.jsonl, TensorBoard, `kjax eval`, the model card): a figure of an
+objective that did not train is no result. The loss is bit-identical either
+way (0 · nsp adds exact zeros). The modern recipe (model.arch=modern) has no
+NSP head: the objective is off and a weight > 0 is refused."""
 from __future__ import annotations
 
 from kjax.errors import KjaxError
@@ -11,20 +14,22 @@ from kjax.objectives.base import Objective
 
 class NextSentence(Objective):
     name = "nsp"
+    label = "NSP"
     metrics = ("nsp_accuracy",)
 
     def weight(self, config) -> float:
         return config.train.nsp_weight if self.enabled(config) else 0.0
 
     def enabled(self, config) -> bool:
-        return config.model.arch == "bert" and not config.train.packing
+        return (config.model.arch == "bert" and not config.train.packing
+                and config.train.nsp_weight > 0)
 
     def check(self, config, mode) -> None:
         if config.train.packing and config.train.nsp_weight > 0:
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g} with "
                             f"train.packing=True: a packed row holds several examples, NSP "
                             f"needs one pair per row; set --config.train.nsp_weight=0")
-        if not self.enabled(config) and config.train.nsp_weight > 0:
+        if config.model.arch != "bert" and config.train.nsp_weight > 0:
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g}: model.arch="
                             f"{config.model.arch} has no NSP head (it pretrains MLM alone); "
                             f"set --config.train.nsp_weight=0 (tpu_configs/modern_*.py do)")

@@ -60,6 +60,12 @@ PACKAGE_CORPORA = {
 }
 
 
+def package_installed(name: str) -> bool:
+    """Whether a package that holds a corpus is installed (never imported)."""
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
 def _package_dir(name: str, install: str) -> str:
     import importlib.util
     spec = importlib.util.find_spec(name)

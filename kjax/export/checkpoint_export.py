@@ -1,0 +1,74 @@
+"""`kjax export` of a BERT-recipe run: checkpoint → transformers folder
+(weights, config, tokenizer, model card, kjax_export.json), loaded back and
+compared with kjax.
+
+The top of the export package: it chooses the writer (hf_export.py for BERT
+and multi-hot models, electra_export.py for models with an embedding
+projection) and hands the model card (model_card.py) what was written.
+None of those imports this module, so the arrows run one way.
+
+By default the pretraining heads are written (MLM + NSP; ELECTRA: the MLM
+head): the folder loads with AutoModelForMaskedLM / pipeline("fill-mask")
+with no newly initialised weight, and AutoModel or AutoModelFor…
+Classification / QuestionAnswering still load the encoder from it.
+`with_heads=False` (`--encoder-only`) writes the encoder and pooler alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from kjax.checkpoint.restore import restore_params
+from kjax.errors import KjaxError
+from kjax.export import electra_export as ee
+from kjax.export import hf_export as hx
+from kjax.export import multihot_export as mx
+from kjax.export.model_card import write_model_card
+from kjax.export.tokenizer_export import export_tokenizer
+from kjax.inputs import input_mode
+from kjax.model.config import EncoderConfig
+
+
+def architecture(enc: EncoderConfig, with_heads: bool) -> str:
+    """The transformers class the folder is written as."""
+    if enc.projects_embeddings:   # E < H: BERT has no embeddings_project, ELECTRA has
+        return ee.architecture(with_heads)
+    return hx.architecture(enc, with_heads)
+
+
+def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
+                      dtype: str = "float32", with_heads: bool = True,
+                      verify: bool = True) -> dict:
+    """`kjax export`: checkpoint → transformers folder (weights, config,
+    tokenizer, model card)."""
+    from kjax import paths
+    from kjax.tokens.factory import local_tokenizer
+    input_mode(config).export_check(config)   # a mode transformers cannot run: one line
+    enc = EncoderConfig.from_config(config.model)
+    if enc.projects_embeddings and mx.is_multihot(enc):
+        raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
+                        f"model with an embedding projection has no transformers class yet")
+    params, step = restore_params(config, workdir, step)
+    # transformers writes and reads local folders: a gs:// --out is written to a
+    # local folder first and uploaded once verified (kjax/paths.py).
+    with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
+        # the tokenizer first: a missing one fails before the weights are written
+        tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
+        if enc.projects_embeddings:
+            keys = ee.write_electra(params, enc, local_out, with_heads, dtype)
+            diffs = ee.verify_electra(params, enc, local_out, with_heads, dtype) \
+                if verify else None
+        else:
+            keys = hx.write_hf_model(params, enc, local_out, with_heads, dtype)
+            diffs = hx.verify_export(params, enc, local_out, with_heads, dtype) \
+                if verify else None
+        write_model_card(config, workdir, local_out, step, architecture(enc, with_heads),
+                         with_heads, dtype, tokenizer, shown_as=out_dir)
+        with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
+            json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
+                       "step": step, "dtype": dtype, "with_pretraining_heads": with_heads,
+                       "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
+                      f, ensure_ascii=False, indent=1)
+    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+            "architecture": architecture(enc, with_heads),
+            "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}
