@@ -35,7 +35,7 @@ import kjax  # noqa: E402
 from kjax.errors import KjaxError  # noqa: E402
 from kjax.morph import KoreanAnalyzer  # noqa: E402
 from kjax.tokens.morph_sp import MorphSPTokenizer  # noqa: E402
-from kjax.tokens.multihot import MultihotTokenizer  # noqa: E402
+from kjax.tokens.multihot_build import train_tokenizer  # noqa: E402
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece  # noqa: E402
 from kjax.tokens.stats import measure  # noqa: E402
 
@@ -51,8 +51,7 @@ the data.
 def train_all(train_text: list[str], tmp: str, bpe: int, min_syllable: int | None):
     analyzer = KoreanAnalyzer()
     options = {} if min_syllable is None else {"min_syllable_count": min_syllable}
-    multihot = MultihotTokenizer.train(train_text, f"{tmp}/mh.txt", bpe, analyzer=analyzer,
-                                       **options)
+    multihot = train_tokenizer(train_text, f"{tmp}/mh.txt", bpe, analyzer=analyzer, **options)
     size = multihot.vocab_size
     train_sentencepiece(train_text, f"{tmp}/sp", size, "unigram")
     tokenizers = [SentencePieceTokenizer(f"{tmp}/sp.model")]

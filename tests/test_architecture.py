@@ -1,10 +1,16 @@
 """The layering of kjax (docs/ARCHITECTURE.md): folders follow the data's
 path, and a module imports only its own layer or lower ones — function-local
-imports included. Also: no kjax file over 400 lines, and no branch on an input
-mode's name outside kjax/inputs (consumers ask the mode).
+imports included. Inside a layer imports run one way too: no circle between
+kjax modules, whether its imports sit at the top of a file or inside a
+function (issue 27: a function-local import is for an optional heavy
+dependency — torch, transformers, tensorflow — never to dodge a circle; a
+function-local kjax import that closes no circle is allowed). Also: no kjax
+file over 400 lines, and no branch on an input mode's name outside
+kjax/inputs (consumers ask the mode).
 
 `python tests/test_architecture.py` prints the import graph ("a.b -> c.d",
-kjax. left out), the format of the closing notes' before/after lists.
+kjax. left out), the format of the closing notes' before/after lists, then
+every circle and every upward import (exit status 1 if there is one).
 """
 import ast
 import os
@@ -54,9 +60,14 @@ def module_files() -> dict[str, str]:
 def imports_of(path: str, module: str, modules: dict) -> set[str]:
     """kjax modules `path` imports, anywhere in the file (functions included).
     `from kjax.a import b` counts as kjax.a.b when that is a module."""
+    return set(import_lines(path, module, modules))
+
+
+def import_lines(path: str, module: str, modules: dict) -> dict[str, list[int]]:
+    """{kjax module: the lines of `path` that import it}, functions included."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
-    found = set()
+    found = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -69,8 +80,10 @@ def imports_of(path: str, module: str, modules: dict) -> set[str]:
                      for a in node.names]
         else:
             continue
-        found.update(n for n in names if n == "kjax" or n.startswith("kjax."))
-    return found - {module}
+        for n in names:
+            if (n == "kjax" or n.startswith("kjax.")) and n != module:
+                found.setdefault(n, set()).add(node.lineno)
+    return {n: sorted(lines) for n, lines in found.items()}
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -93,12 +106,85 @@ def short(module: str) -> str:
     return module.removeprefix("kjax.") if module != "kjax" else "__init__"
 
 
-def test_every_module_has_a_layer():
-    unplaced = [m for m in module_files() if layer_of(m)[0] < 0]
-    assert not unplaced, f"add these to LAYERS (and docs/ARCHITECTURE.md): {unplaced}"
+def circles(edges) -> list[list[str]]:
+    """The import circles of `edges` ((importer, imported) pairs): for every
+    group of modules that reach each other (a strongly connected component),
+    the shortest circle through each member, as [a, b, ..., a], each circle
+    once."""
+    succ = {}
+    for a, b in edges:
+        succ.setdefault(a, set()).add(b)
+        succ.setdefault(b, set())
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def connect(v):                       # Tarjan; kjax's graph is a few hundred nodes
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(succ[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1 or v in succ[v]:
+                groups.append(group)
+
+    for v in sorted(succ):
+        if v not in index:
+            connect(v)
+    found, seen = [], set()
+    for group in sorted(groups, key=min):
+        for start in sorted(group):       # breadth-first back to `start` inside the group
+            parent, frontier, path = {start: None}, [start], None
+            while frontier and path is None:
+                nxt = []
+                for v in frontier:
+                    for w in sorted(succ[v] & group):
+                        if w == start:       # start ... v, then back to start
+                            path = []
+                            while v is not None:
+                                path.append(v)
+                                v = parent[v]
+                            path = path[::-1] + [start]
+                            break
+                        if w not in parent:
+                            parent[w] = v
+                            nxt.append(w)
+                    if path is not None:
+                        break
+                frontier = nxt
+            key = frozenset(zip(path, path[1:]))
+            if key not in seen:
+                seen.add(key)
+                found.append(path)
+    return found
 
 
-def test_no_module_imports_a_later_stage():
+def circle_report(edges=None, modules=None) -> list[str]:
+    """One line per circle: "a -> b -> a (a.py:12, b.py:30)"."""
+    modules = modules if modules is not None else module_files()
+    edges = edges if edges is not None else graph()
+    lines = []
+    for path in circles(edges):
+        sites = []
+        for a, b in zip(path, path[1:]):
+            rows = import_lines(modules[a], a, modules).get(b, []) if a in modules else []
+            sites.append(f"{os.path.relpath(modules[a], ROOT)}:{','.join(map(str, rows))}"
+                         if rows else short(a))
+        lines.append(" -> ".join(map(short, path)) + f"   ({'; '.join(sites)})")
+    return lines
+
+
+def upward_imports() -> list[str]:
     upward = []
     for source, target in graph():
         (low, lp), (high, hp) = layer_of(target), layer_of(source)
@@ -107,7 +193,53 @@ def test_no_module_imports_a_later_stage():
                           f"({LAYERS[low][0]})")
         elif low == high and lp != hp and {lp, hp} <= set(APART):
             upward.append(f"{short(source)} -> {short(target)} (siblings kept apart)")
+    return upward
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in module_files() if layer_of(m)[0] < 0]
+    assert not unplaced, f"add these to LAYERS (and docs/ARCHITECTURE.md): {unplaced}"
+
+
+def test_no_module_imports_a_later_stage():
+    upward = upward_imports()
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
+
+
+def test_no_import_circle_between_kjax_modules():
+    """Inside a package imports run one way: a circle (module-level or through
+    an import inside a function) is a module that cannot be read, or loaded,
+    without the one that needs it (issue 27)."""
+    found = circle_report()
+    assert not found, ("import circles; move the shared part below both, or merge the "
+                       "files (a function-local import does not break a circle):\n"
+                       + "\n".join(found))
+
+
+def test_the_circle_check_finds_every_circle_and_only_circles():
+    """The test itself: two circles sharing a module are both named, a
+    longer one whole, a self-import too; a diamond is no circle."""
+    edges = [("e.hf", "e.card"), ("e.card", "e.hf"), ("e.hf", "e.electra"),
+             ("e.electra", "e.hf"), ("f.reg", "f.task"), ("f.task", "f.feat"),
+             ("f.feat", "f.reg"), ("s", "s"), ("d.top", "d.left"), ("d.top", "d.right"),
+             ("d.left", "d.low"), ("d.right", "d.low")]
+    assert circles(edges) == [["e.card", "e.hf", "e.card"], ["e.electra", "e.hf", "e.electra"],
+                              ["f.feat", "f.reg", "f.task", "f.feat"], ["s", "s"]]
+    assert circles([e for e in edges if e[0].startswith("d.")]) == []
+
+
+def test_the_circle_check_reads_function_local_imports(tmp_path):
+    """The test itself: a circle closed by an import inside a function is
+    found in real files, with the lines that close it."""
+    pkg = tmp_path / "kjax" / "p"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from kjax.p import b\n")
+    (pkg / "b.py").write_text("def f():\n    from kjax.p.a import g\n")
+    modules = {"kjax.p.a": str(pkg / "a.py"), "kjax.p.b": str(pkg / "b.py")}
+    edges = [(m, t) for m, path in modules.items() for t in imports_of(path, m, modules)]
+    report = circle_report(edges, modules)
+    assert len(report) == 1 and report[0].startswith("p.a -> p.b -> p.a   (")
+    assert report[0].endswith("a.py:1; " + os.path.relpath(str(pkg / "b.py"), ROOT) + ":2)")
 
 
 def test_the_check_sees_function_local_imports(tmp_path):
@@ -144,8 +276,10 @@ def test_no_branch_on_an_input_mode_name_outside_the_registry():
     assert not found, "ask the input mode instead:\n" + "\n".join(found)
 
 
-TASK_REGISTRY = ("kjax.finetune.registry", "kjax.finetune.task", "kjax.finetune.sentence_tasks",
-                 "kjax.finetune.span_tasks")
+# The registry and the modules that define tasks (each knows its own name).
+TASK_REGISTRY = ("kjax.finetune.registry", "kjax.finetune.contract",
+                 "kjax.finetune.sentence_tasks", "kjax.finetune.choice", "kjax.finetune.wic",
+                 "kjax.finetune.ner", "kjax.finetune.qa")
 
 
 def task_branches(source: str, names) -> list[tuple[int, str]]:
@@ -191,3 +325,9 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
     for source, target in graph():
         print(f"{short(source)} -> {short(target)}")
+    found, upward = circle_report(), upward_imports()
+    print(f"\ncircles: {len(found) or 'none'}")
+    print("\n".join(f"  {line}" for line in found))
+    print(f"upward imports: {len(upward) or 'none'}")
+    print("\n".join(f"  {line}" for line in upward))
+    sys.exit(1 if found or upward else 0)

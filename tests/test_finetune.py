@@ -22,7 +22,8 @@ from kjax.finetune.experiment import make_tuner
 from kjax.finetune.features import Encoder, make_batch
 from kjax.finetune.heads import make_task_model
 from kjax.finetune.run import run_one
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
+from kjax.finetune.registry import finetune_task
 
 FILLER = ["그리고", "이", "법", "제", "조", "항", "및", "등", "의", "는", "에", "를", "수", "있다"]
 KEYS = ["국민", "정부"]
@@ -183,7 +184,7 @@ def test_shaking_changes_the_logits_only_where_b_says(env):
     from kjax.finetune.experiment import shake_settings
     config, tok = env["config"], env["tokenizer"]
     ft = finetune_settings(FT + ["finetune.shake.variant=random", "finetune.shake.p=1.0"])
-    feats = Encoder(tok, "classify", ["a"], 32).encode(
+    feats = Encoder(tok, finetune_task("classify"), ["a"], 32).encode(
         [Example(str(i), sentence(np.random.default_rng(i)), label="a") for i in range(4)])
     cfg = shake_settings(config, ft)
     batch = make_batch(feats, [0, 1, 2, 3], cfg, (5, 0, 1))
@@ -213,7 +214,7 @@ def test_shaking_changes_the_logits_only_where_b_says(env):
 def test_pos_shaking_lines_sentencepiece_up_with_kiwi(env):
     from kjax.finetune.experiment import shake_settings
     ft = finetune_settings(FT)
-    enc = Encoder(env["tokenizer"], "pair", ["a"], 32, pos_from_kiwi=True)
+    enc = Encoder(env["tokenizer"], finetune_task("pair"), ["a"], 32, pos_from_kiwi=True)
     feats = enc.encode([Example("g", "나는 너를 학교에서 보았다", "철수가 밥을 먹었다", "a")])
     assert feats.units["tags"][0].max() > 0 and 0.5 < feats.aligned_tokens <= 1
     b = np.asarray(make_batch(feats, [0], shake_settings(env["config"], ft))["shake"], np.float32)

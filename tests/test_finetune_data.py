@@ -15,10 +15,17 @@ from kjax.finetune.alignment import map_spans, nfc_with_offsets, token_char_span
 from kjax.finetune.bio import (char_to_token_tags, round_trip, spans_to_tags, tags_to_spans,
                                token_to_char_tags)
 from kjax.finetune.experiment import mean_std
+from kjax.finetune import readers
 from kjax.finetune.features import Encoder
-from kjax.finetune.tasks import Example, label_names, read_examples, split_examples
+from kjax.finetune.readers import Example, split_examples
+from kjax.finetune.registry import finetune_task
 
 KLUE = os.path.join(ROOT, "tests", "fixtures", "klue")
+
+def read_examples(path, task, fmt="auto"):
+    """The readers take the task object (kjax/finetune/readers.py); these
+    tests name it."""
+    return readers.read_examples(path, finetune_task(task), fmt)
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +53,13 @@ def test_klue_json_readers_parse_the_fixtures():
     assert nli[1].text_a == "정부는 내년부터 청년 주거 지원을 늘린다."
     assert nli[1].text_b == "청년 주거 지원이 확대된다." and nli[1].guid == "klue-nli-v1_dev_00001"
     assert nli[1].where.endswith("nli.json:14 (guid klue-nli-v1_dev_00001)")
-    assert label_names("pair", [nli]) == ["entailment", "neutral", "contradiction"]
+    assert finetune_task("pair").label_names([nli]) == ["entailment", "neutral", "contradiction"]
     sts = read_examples(os.path.join(KLUE, "sts.json"), "regress")
     assert [e.label for e in sts] == [4.9, 1.4]          # labels.label, not real-label
     assert sts[0].text_b == "무엇보다도, 호스트들은 매우 친절했습니다."
     ynat = read_examples(os.path.join(KLUE, "ynat.json"), "classify")
     assert [e.label for e in ynat] == ["사회", "사회", "세계"] and ynat[2].text_b is None
-    assert label_names("classify", [ynat]) == ["사회", "세계"]
+    assert finetune_task("classify").label_names([ynat]) == ["사회", "세계"]
 
 
 def test_klue_ner_reader_parses_the_fixture():
@@ -64,8 +71,8 @@ def test_klue_ner_reader_parses_the_fixture():
     assert entities(ner[1]) == [("미국 뉴욕", "LC"), ("2020년 3월", "DT")]
     assert ner[2].text_a == "  이건  그냥 😀 漢字 테스트 " and entities(ner[2]) == [("漢字", "OG")]
     assert all(len(e.text_a) == len(e.char_tags) for e in ner)
-    assert label_names("ner", [ner]) == ["O", "B-DT", "I-DT", "B-LC", "I-LC", "B-OG", "I-OG",
-                                         "B-PS", "I-PS", "B-QT", "I-QT"]
+    assert finetune_task("ner").label_names([ner]) == [
+        "O", "B-DT", "I-DT", "B-LC", "I-LC", "B-OG", "I-OG", "B-PS", "I-PS", "B-QT", "I-QT"]
 
 
 def test_generic_jsonl_and_tsv_readers(tmp_path):
@@ -131,12 +138,12 @@ def test_unknown_labels_are_reported_with_their_line(tmp_path):
     dev = read_examples(write(tmp_path / "dev.jsonl", '{"text": "a", "label": "pos"}\n'
                               '{"text": "c", "label": "neutral"}\n'), "classify")
     one_line_error(r"dev\.jsonl:2: label 'neutral' never occurs in the training data "
-                   r"\(labels: neg, pos\)", label_names, "classify", [train, dev])
+                   r"\(labels: neg, pos\)", finetune_task("classify").label_names, [train, dev])
     nli = read_examples(write(tmp_path / "nli.jsonl", "".join(
         json.dumps({"premise": "p", "hypothesis": "h", "gold_label": g}) + "\n"
         for g in ("entailment", "neutral", "entailmnt"))), "pair")
-    one_line_error(r"nli\.jsonl:3: label 'entailmnt' is not an NLI label", label_names, "pair",
-                   [nli])
+    one_line_error(r"nli\.jsonl:3: label 'entailmnt' is not an NLI label",
+                   finetune_task("pair").label_names, [nli])
 
 
 # --- BIO: characters → tokens → characters ------------------------------------------------
@@ -174,7 +181,8 @@ def test_bio_round_trip_on_hostile_text(tokenizer, text):
     assert tags_to_spans(round_trip(text, tags, spans)) == sorted(gold)
     # The same through the Encoder: labels on tokens, decoded back onto characters.
     names = ["O"] + [f"{p}-{k}" for k in ("LC", "OG", "PS") for p in "BI"]
-    feats = Encoder(tokenizer, "ner", names, 64).encode([Example("g", text, char_tags=tuple(tags))])
+    ner = finetune_task("ner")
+    feats = Encoder(tokenizer, ner, names, 64).encode([Example("g", text, char_tags=tuple(tags))])
     token_tags = [names[i] for i in feats.labels[0, 1:1 + len(feats.token_spans[0])]]
     assert feats.texts[0] == text
     assert token_to_char_tags(text, token_tags, feats.token_spans[0]) == tags
@@ -190,7 +198,7 @@ def test_nfd_jamo_reach_the_tokenizer_composed(tokenizer):
     for task in ("ner", "classify"):
         ex = Example("g", nfd, None, None if task == "ner" else "a",
                      ("O",) * len(nfd) if task == "ner" else None)
-        feats = Encoder(tokenizer, task, ["O", "a"], 32).encode([ex])
+        feats = Encoder(tokenizer, finetune_task(task), ["O", "a"], 32).encode([ex])
         pieces = [tokenizer.id_to_token(i) for i in feats.input_ids[0, 1:feats.lengths[0] - 1]]
         assert "".join(pieces).replace("▁", " ").strip() == "한국 국회"   # no [UNK]
 
@@ -224,9 +232,9 @@ def test_classification_and_regression_metrics():
     assert M.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
     # KLUE-STS binary F1 at 3.0 (>= positive): tp 1, fp 1, fn 1.
     assert M.binary_f1([4.9, 1.4, 3.0, 2.9], [3.5, 3.1, 2.0, 2.95]) == pytest.approx(0.5)
-    got = M.task_metrics("regress", [0.0, 1.0, 4.0], [0.0, 2.0, 4.0])
+    got = finetune_task("regress").metrics([0.0, 1.0, 4.0], [0.0, 2.0, 4.0])
     assert got["mse"] == pytest.approx(1 / 3) and got["f1"] == 1.0
-    assert M.baseline_predictions("pair", list("aab"), [1, 2]) == ["a", "a"]
+    assert finetune_task("pair").baseline(list("aab"), [1, 2]) == ["a", "a"]
     # Sample std over seeds: sqrt((0.1² + 0.1²) / (2 - 1)).
     assert mean_std([0.5, 0.7]) == {"mean": pytest.approx(0.6), "std": pytest.approx(0.02 ** 0.5),
                                     "n": 2}

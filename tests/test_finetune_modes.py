@@ -13,7 +13,7 @@ from kjax.finetune.bio import tags_to_spans, token_to_char_tags
 from kjax.finetune.experiment import finetune_settings, make_tuner
 from kjax.finetune.features import make_batch
 from kjax.finetune.heads import model_inputs
-from kjax.finetune.trainer import token_predictions
+from kjax.finetune.ner import token_predictions
 from kjax.inputs import MODES
 
 SEGMENT_LOSS = {"train.mlm_loss": "eq9"}

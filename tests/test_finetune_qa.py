@@ -13,7 +13,7 @@ from kjax.errors import KjaxError
 from kjax.finetune.experiment import finetune_settings, make_tuner
 from kjax.finetune.qa import decode_answers, gold_answers, read_squad
 from kjax.finetune.qa_metrics import char_f1, exact_match, normalize, qa_metrics, token_f1
-from kjax.finetune.tasks import split_examples
+from kjax.finetune.readers import split_examples
 from test_finetune_modes import mode_config, train_tokenizers
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "qa")

@@ -10,9 +10,15 @@ import pytest
 from conftest import ROOT, tiny_config
 from kjax.errors import KjaxError
 from kjax.finetune.experiment import finetune_settings, make_tuner
-from kjax.finetune.tasks import read_examples
+from kjax.finetune import readers
+from kjax.finetune.registry import finetune_task
 
 NIKL = os.path.join(ROOT, "tests", "fixtures", "nikl")
+
+def read_examples(path, task, fmt="auto"):
+    """The readers take the task object (kjax/finetune/readers.py); these
+    tests name it."""
+    return readers.read_examples(path, finetune_task(task), fmt)
 
 
 def test_copa_reads_premise_question_and_alternatives():
@@ -60,7 +66,6 @@ def write_jsonl(path, rows):
 
 def test_sts_targets_are_scaled_and_a_constant_predictor_is_undefined(env, tmp_path):
     from kjax.finetune.experiment import summarize
-    from kjax.finetune.metrics import task_metrics
     tmp, config, tokenizer = env
     rows = [{"text": f"국민 {i}", "text_b": "정부", "score": i % 6 * 1.0} for i in range(12)]
     tuner = make_tuner(config, finetune_settings(["finetune.max_seq_len=16"]), "regress",
@@ -70,13 +75,13 @@ def test_sts_targets_are_scaled_and_a_constant_predictor_is_undefined(env, tmp_p
     labels = tuner.data.features["train"].labels
     assert tuner.target_scale == 5.0 and 0 <= labels.min() and labels.max() == 1.0
     assert tuner._decode(tuner.data.features["dev"], 0, np.float32(0.5)) == 2.5
-    constant = task_metrics("regress", [0.0, 2.0, 5.0], [3.0, 3.0, 3.0])
+    constant = finetune_task("regress").metrics([0.0, 2.0, 5.0], [3.0, 3.0, 3.0])
     assert constant["pearson"] is None and constant["spearman"] is None
     # the training-mean baseline: a mean whose x - mean(x) is rounding noise, not 0
     mean = float(np.mean([3.2, 1.1, 0.7]))
     noisy = np.full(104, mean)
     assert (noisy - noisy.mean()).any()
-    assert task_metrics("regress", np.linspace(0, 5, 104), noisy)["pearson"] is None
+    assert finetune_task("regress").metrics(np.linspace(0, 5, 104), noisy)["pearson"] is None
     run = {"bf_train": 0.0, "results": {"+0": {"dev": constant}},
            "baseline": {"dev": constant}}
     assert "| +0 | +0 | undefined | 1 |" in summarize([run], "pearson")["table"]

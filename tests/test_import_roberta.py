@@ -18,7 +18,8 @@ from kjax.export import hf_export as hx
 from kjax.export.checkpoint_export import export_checkpoint
 from kjax.export import hf_import as hi
 from kjax.finetune.features import Encoder
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
+from kjax.finetune.registry import finetune_task
 from kjax.model.config import EncoderConfig
 from kjax.tokens.factory import load_tokenizer
 from test_import_tokenizer import KOREAN, wordpiece_folder
@@ -48,7 +49,7 @@ def test_roberta_pairs_match_transformers_and_export_keeps_one_type_row(tmp_path
     assert config.model.type_vocab_size == 1 and report["position_offset"] == 1
     params, _ = restore_params(config, str(tmp_path / "w"))
     enc = EncoderConfig.from_config(config.model)
-    feats = Encoder(load_tokenizer(config), "pair", ["x"], 32).encode(
+    feats = Encoder(load_tokenizer(config), finetune_task("pair"), ["x"], 32).encode(
         [Example("a", KOREAN[0], KOREAN[1], "x"), Example("b", KOREAN[3], KOREAN[8], "x")])
     assert feats.token_type_ids.max() == 1          # kjax's rows mark sentence b ...
     inputs = {"input_ids": feats.input_ids, "token_type_ids": feats.token_type_ids,

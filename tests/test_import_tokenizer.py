@@ -16,7 +16,8 @@ from kjax.config import load_config
 from kjax.errors import KjaxError
 from kjax.export import hf_import as hi
 from kjax.finetune.features import Encoder
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
+from kjax.finetune.registry import finetune_task
 from kjax.tokens.factory import load_tokenizer
 
 CORPUS = ["대한민국은 민주공화국이다.", "대한민국의 주권은 국민에게 있고, 모든 권력은 국민으로부터 나온다.",
@@ -72,7 +73,8 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     second = pieces.index(next(p for p in pieces[1:] if not p.startswith("##")))
     assert got["eojeol"][0] == 0 and got["eojeol"][second] == 1 and got["inpos"][second] == 0
     # fine-tuning rows: [CLS] a [SEP] b [SEP] with the vocabulary's own ids, padded with [PAD]
-    feats = Encoder(tok, "pair", ["x"], 24).encode([Example("g", KOREAN[0], KOREAN[1], "x")])
+    pair = finetune_task("pair")
+    feats = Encoder(tok, pair, ["x"], 24).encode([Example("g", KOREAN[0], KOREAN[1], "x")])
     row = want(KOREAN[0], KOREAN[1], truncation="longest_first", max_length=24,
                padding="max_length")
     assert feats.input_ids[0].tolist() == row["input_ids"]
@@ -92,7 +94,7 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     # POS shaking: the imported tokens lined up with Kiwi's morphemes (as plain sentencepiece)
     from kjax.finetune.experiment import finetune_settings, shake_settings
     from kjax.finetune.features import make_batch
-    pos = Encoder(tok, "pair", ["x"], 40, pos_from_kiwi=True).encode(
+    pos = Encoder(tok, finetune_task("pair"), ["x"], 40, pos_from_kiwi=True).encode(
         [Example("p", KOREAN[1], "모든 국민은 법 앞에 평등하다", "x")])
     assert pos.units["tags"][0].max() > 0 and 0.5 < pos.aligned_tokens <= 1
     b = np.asarray(make_batch(pos, [0], shake_settings(config, finetune_settings([])))["shake"],
@@ -169,7 +171,7 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     assert params["embeddings"]["embeddings_project"]["kernel"].shape == (16, 32)
     enc = EncoderConfig.from_config(config.model)
     tok = load_tokenizer(config)     # the folder's vocab.txt, imported
-    feats = Encoder(tok, "pair", ["x"], 32).encode(
+    feats = Encoder(tok, finetune_task("pair"), ["x"], 32).encode(
         [Example("a", KOREAN[0], KOREAN[1], "x"), Example("b", KOREAN[3], None, "x")])
     inputs = {"input_ids": feats.input_ids, "token_type_ids": feats.token_type_ids,
               "attention_mask": feats.attention_mask}

@@ -10,6 +10,7 @@ from kjax.morph import KoreanAnalyzer
 from kjax.morph.predicates import join_derived_predicates
 from kjax.tokens.characters import JAMO_TOKENS, SYMBOL_TOKENS
 from kjax.tokens.multihot import (BASE_TOKENS, FALLBACK_TOKENS, MultihotTokenizer, MultihotVocab)
+from kjax.tokens.multihot_build import composition, vocab_warnings
 from kjax.tokens.sentencepiece import TOKEN_ARRAYS
 from test_multihot_vocab import FIXTURE_TOKENS
 
@@ -56,7 +57,7 @@ def test_without_fallback_tokens_the_thesis_rule_holds():
     old = MultihotVocab([*BASE_TOKENS, *FIXTURE_TOKENS])
     assert old.encode_morpheme("삭감하", "VV") == ["[UNK]"]
     assert old.encode_morpheme("👍", "W_EMOJI") == ["[UNK]"]
-    assert any("no jamo" in w for w in old.warnings())
+    assert any("no jamo" in w for w in vocab_warnings(old))
 
 
 SENTENCES = {   # real sentences; Kiwi splits each predicate into stem + XSV/XSA
@@ -108,7 +109,7 @@ def test_composition_and_thin_fallback_warning(tmp_path, capsys):
     assert code == 0 and "multi-hot vocabulary:" in out and "BPE (rewritten by POS)" in out
     assert "@jamo" in out and "warning: only" in out       # KoNLPy's small corpus: thin
     vocab = MultihotVocab.load(f"{tmp_path}/tok.multihot.txt")
-    c = vocab.composition()
+    c = composition(vocab.tokens)
     assert sum(v for k, v in c.items() if k != "total") == c["total"] == len(vocab)
     assert c["jamo"] >= 67 and c["digits"] == 22 and c["letters"] == 52 and c["specials"] == 5
     assert c["syllables"] == vocab.settings["hangul_syllables_seen"] > 300

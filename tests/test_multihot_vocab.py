@@ -13,6 +13,7 @@ from kjax.tokens import multihot as mh
 from kjax.tokens.characters import JAMO_TOKENS, SYMBOL_TOKENS, is_syllable_char
 from kjax.tokens.multihot import (BASE_TOKENS, FALLBACK_TOKENS, MultihotTokenizer, MultihotVocab,
                                   rewrite, token_surface)
+from kjax.tokens.multihot_build import build_vocab, train_tokenizer
 from kjax.tokens.sentencepiece import SPECIAL_TOKENS, TOKEN_ARRAYS
 
 FIXTURE_TOKENS = [
@@ -185,8 +186,7 @@ def test_build(tmp_path):
                 ("20", "SN"), ("Seed", "SL"), ("漢字", "SH"), (".", "SF")]
     rare = [("소크라테스", "NNP"), ("의", "JKG"), ("신기루", "NNP")]
     corpus = [sentence] * 60 + [rare] * 3 + [[("소크라테스", "NNP")]] * 2
-    vocab = MultihotVocab.build(iter(corpus), bpe_vocab_size=44, min_syllable_count=4,
-                                num_threads=1)
+    vocab = build_vocab(iter(corpus), bpe_vocab_size=44, min_syllable_count=4, num_threads=1)
     tokens = vocab.tokens
     assert tuple(tokens[:len(BASE_TOKENS)]) == BASE_TOKENS
     assert len(set(tokens)) == len(tokens)
@@ -223,8 +223,8 @@ def test_train_on_real_text(tmp_path):
     path = glob.glob(os.path.join(os.path.dirname(konlpy.__file__), "data", "corpus",
                                   "kolaw", "constitution.txt"))[0]
     lines = [line.strip() for line in open(path, encoding="utf-8") if line.strip()][:80]
-    tok = MultihotTokenizer.train(lines, str(tmp_path / "vocab.txt"), bpe_vocab_size=600,
-                                  min_syllable_count=2, num_threads=1)
+    tok = train_tokenizer(lines, str(tmp_path / "vocab.txt"), bpe_vocab_size=600,
+                          min_syllable_count=2, num_threads=1)
     assert MultihotVocab.load(str(tmp_path / "vocab.txt")).tokens == tok.vocab.tokens
     outs = list(tok.encode_many(lines))
     ids = np.concatenate([o["ids"] for o in outs])

@@ -11,7 +11,8 @@ from kjax.cli import main
 from kjax.cli.inspect import inspect_text
 from kjax.export import tokenizer_export as tx
 from kjax.finetune.features import Encoder
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
+from kjax.finetune.registry import finetune_task
 from kjax.text.corpus import CorpusStats, clean_line
 from kjax.text.normalize import normalize_text
 from kjax.tokens.factory import open_tokenizer
@@ -34,7 +35,8 @@ def test_every_path_gives_the_same_ids(prepared, tmp_path):
     read = clean_line(WIDE.encode("utf-8"), CorpusStats(), "t:1")     # prepare's corpus reader
     assert tok.encode(read)["ids"].tolist() == inspected
     assert tok.encode(WIDE)["ids"].tolist() == inspected               # any caller of encode
-    features = Encoder(tok, "classify", ["a"], 64).encode([Example("0", WIDE, label="a")])
+    classify = finetune_task("classify")
+    features = Encoder(tok, classify, ["a"], 64).encode([Example("0", WIDE, label="a")])
     n = int(features.lengths[0])
     assert features.input_ids[0, 1:n - 1].tolist() == inspected        # fine-tuning
     tx.export_sentencepiece(str(prepared / "tok" / "sp.model"), str(tmp_path), 64)

@@ -23,7 +23,7 @@ import os
 
 from kjax.config import leaves
 from kjax.finetune.registry import TASKS
-from kjax.finetune.tasks import FORMATS
+from kjax.finetune.readers import FORMATS
 
 
 def settings_help() -> str:

@@ -21,7 +21,7 @@ from kjax.finetune.features import apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.registry import finetune_task
 from kjax.finetune.run import run_one
-from kjax.finetune.tasks import label_names, read_examples, split_examples
+from kjax.finetune.readers import read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
 from kjax.inputs import input_mode
 from kjax.objectives import check_config
@@ -55,11 +55,12 @@ def load_splits(task: str, train: str, dev: str | None, test: str | None, fmt: s
                 ft) -> dict[str, list]:
     """Reads the files; a missing dev (and test) is carved from train with the
     seeded `finetune.split`, which does not change with --seeds."""
-    splits = {"train": read_examples(train, task, fmt)}
+    spec = finetune_task(task)
+    splits = {"train": read_examples(train, spec, fmt)}
     if dev:
-        splits["dev"] = read_examples(dev, task, fmt)
+        splits["dev"] = read_examples(dev, spec, fmt)
     if test:
-        splits["test"] = read_examples(test, task, fmt)
+        splits["test"] = read_examples(test, spec, fmt)
     fractions = list(ft.split)
     if not dev and not test:
         parts = split_examples(splits["train"], fractions, ft.split_seed)
@@ -108,7 +109,8 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     check_task_settings(ft, config, task)
     # The data first: a wrong file should cost a one-line error, not a mesh and a model.
     splits = load_splits(task, train, dev, test, fmt, ft)
-    names = label_names(task, list(splits.values()))
+    spec = finetune_task(task)
+    names = spec.label_names(list(splits.values()))
     trains, infers = combinations(ft, sweep)
     shaking = any(b != 0 for b in trains + infers)
     tokenizer = tokenizer or load_tokenizer(config)
@@ -123,7 +125,6 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     # with Kiwi's morphemes.
     pos_from_kiwi = (shaking and ft.shake.variant == "pos"
                      and getattr(tokenizer, "scheme", "") in ("sentencepiece", "imported"))
-    spec = finetune_task(task)
     features = spec.encode(tokenizer, splits, names, ft, pos_from_kiwi)
     for feats in features.values():   # the mode's positions; labels follow them
         apply_input_mode(feats, mode, config, ft.max_seq_len)

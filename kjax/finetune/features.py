@@ -20,7 +20,7 @@ from kjax.errors import KjaxError
 from kjax.finetune.alignment import (align_morphemes, map_spans, nfc_with_offsets,
                                      token_char_spans)
 from kjax.finetune.bio import char_to_token_tags, tags_to_spans
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
 from kjax.text.normalize import normalize
 from kjax.tokens.sentencepiece import special_ids
 
@@ -79,9 +79,9 @@ class Encoder:
 
     def __init__(self, tokenizer, task, label_names: Sequence[str], max_seq_len: int,
                  pos_from_kiwi: bool = False):
-        from kjax.finetune.registry import finetune_task
-        # `task`: a registered task (or its name): its labels are per token or per example
-        self.tokenizer, self.task, self.seq = tokenizer, finetune_task(task), max_seq_len
+        # `task`: a task object (kjax/finetune/contract.py; the registry's
+        # finetune_task(name) gives it): its labels are per token or per example
+        self.tokenizer, self.task, self.seq = tokenizer, task, max_seq_len
         specials = special_ids(tokenizer)   # an imported vocabulary keeps its own ids
         self.cls, self.sep, self.pad = specials["cls"], specials["sep"], specials["pad"]
         self.label_index = {name: i for i, name in enumerate(label_names)}
@@ -234,7 +234,6 @@ def apply_input_mode(feats: Features, mode, config, seq_len: int) -> None:
     feats.position_ids = feats.inputs.get("position_ids")
     feats.b_view = mode.finetune_b_view
     if feats.target_mask is not None:               # wic: token masks → position masks
-        from kjax.finetune.wic import masks_to_positions
         feats.target_mask = masks_to_positions(feats.target_mask, feats.token_position)
     if feats.label_kind == "span":                  # start/end token → its position
         feats.labels = np.take_along_axis(feats.token_position, feats.labels, axis=1)
@@ -263,3 +262,13 @@ def last_tokens(token_position: np.ndarray) -> np.ndarray:
         tok = np.flatnonzero(token_position[r] >= 0)
         last[r, token_position[r, tok]] = tok
     return last
+
+
+def masks_to_positions(token_mask: np.ndarray, token_position: np.ndarray) -> np.ndarray:
+    """[n, k, seq] token masks (wic: the target word in a and in b) → masks
+    over the input mode's positions."""
+    out = np.zeros_like(token_mask)
+    for r in range(token_mask.shape[0]):
+        for k in range(token_mask.shape[1]):
+            out[r, k, token_position[r][token_mask[r, k]]] = True
+    return out

@@ -1,6 +1,7 @@
 """Task metrics, written out (no sklearn/seqeval dependency) and tested
 against hand-computed values. Which task reports which (and selects by
-which: `primary`) is the task's business (kjax/finetune/registry.py):
+which: `primary`) is the task's business (its `metrics`, `primary` and
+`baseline`; kjax/finetune/registry.py lists the tasks):
 
     classify  accuracy, macro_f1                (KLUE-YNAT reports macro F1)
     pair      accuracy, macro_f1                (KLUE-NLI reports accuracy)
@@ -116,17 +117,3 @@ def char_macro_f1(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequen
               for c in labels if c != OUTSIDE]
     return float(np.mean(scores)) if scores else 0.0
 
-
-def task_metrics(task, gold: Sequence, pred: Sequence, label_names: Sequence[str] = (),
-                 sts_threshold: float = 3.0) -> dict:
-    """Every metric of `task` (a registered task or its name); `gold`/`pred`
-    are class names, scores, answers or (ner) per-sentence character tags."""
-    from kjax.finetune.registry import finetune_task
-    return finetune_task(task).metrics(gold, pred, label_names, sts_threshold)
-
-
-def baseline_predictions(task, train_gold: Sequence, eval_gold: Sequence) -> list:
-    """The no-model baseline: the majority class of train, its mean score,
-    all-O tags, or no answer (qa): the task's `baseline`."""
-    from kjax.finetune.registry import finetune_task
-    return finetune_task(task).baseline(train_gold, eval_gold)

@@ -21,21 +21,31 @@ labels move from tokens to positions (features.apply_input_mode) and
 answers come back through the tokens of the chosen positions.
 Unanswerable questions train towards [CLS]; their plausible answers are not
 used (as SQuAD 2.0 baselines do).
+
+    QuestionAnswering  the task `qa` (listed in kjax/finetune/registry.py):
+                    h_t → dropout → dense(2), start and end logits per
+                    position; f1 (KorQuAD's character F1, primary),
+                    exact_match, squad_f1 (kjax/finetune/qa_metrics.py)
 """
 from __future__ import annotations
 
 import json
 import unicodedata
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.finetune.alignment import map_spans, nfc_with_offsets, token_char_spans
+from kjax.finetune.contract import NoLabelNames
 from kjax.finetune.features import UNIT_KEYS, UNIT_PAD, Features, _units, first_tokens, last_tokens
-from kjax.finetune.tasks import Example
+from kjax.finetune.qa_metrics import qa_metrics
+from kjax.finetune.readers import Example
 from kjax.tokens.sentencepiece import special_ids
+
+if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
+    import jax
 
 NO_SPAN = (-1, -1)
 
@@ -210,3 +220,58 @@ def decode_answers(feats: Features, outputs: Sequence[np.ndarray], examples: Seq
 def gold_answers(examples: Sequence[Example]) -> list[list[str]]:
     """Every gold answer text per question; [""] for an unanswerable one."""
     return [[""] if ex.impossible else [t for _, t in ex.label] for ex in examples]
+
+
+class QuestionAnswering(NoLabelNames):
+    name = "qa"
+    per_position = True
+    metric_names = ("f1", "exact_match", "squad_f1")
+    primary = "f1"
+
+    def detect_format(self, path: str) -> str:
+        return "squad"
+
+    def read(self, path: str, fmt: str) -> list[Example]:
+        if fmt != "squad":
+            raise KjaxError(f"{path}: --task qa reads SQuAD-style JSON (KorQuAD, KLUE-MRC; "
+                            f"--format squad) and --format squad is only for --task qa")
+        return read_squad(path)
+
+    def encode(self, tokenizer, splits, names, ft, pos_from_kiwi) -> dict:
+        encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
+        return {k: encode(v) for k, v in splits.items()}
+
+    def num_outputs(self, num_labels: int) -> int:
+        return 2
+
+    def loss(self, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
+        """Start and end over the row's positions (padding excluded)."""
+        import jax.numpy as jnp
+        import optax
+        w, labels = batch["weights"], batch["labels"]
+        logits = jnp.where(batch["attention_mask"][..., None] > 0, outputs, -1e9)
+        ce = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i], labels[:, i])
+                 for i in (0, 1)) / 2
+        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
+
+    def predictions(self, outputs: jax.Array, group: int = 1) -> jax.Array:
+        return outputs
+
+    def gold(self, examples: Sequence[Example]) -> list:
+        return gold_answers(examples)
+
+    def decode(self, tuner, split: str, feats, outputs: list) -> list:
+        """Windows → one answer per question."""
+        allow_null = any(ex.impossible for ex in tuner.data.examples["train"])
+        return decode_answers(feats, outputs, tuner.data.examples[split], tuner.ft.n_best,
+                              tuner.ft.max_answer_len, allow_null)
+
+    def prediction_row(self, ex: Example, pred) -> dict:
+        return {"question": ex.text_a, "gold": [t for _, t in ex.label or ()],
+                "impossible": ex.impossible, "pred": pred}
+
+    def metrics(self, gold, pred, label_names=(), sts_threshold: float = 3.0) -> dict:
+        return qa_metrics(gold, pred)
+
+    def baseline(self, train_gold, eval_gold) -> list:
+        return [""] * len(eval_gold)

@@ -1,16 +1,24 @@
-"""Fine-tuning tasks: one object each (kjax/finetune/task.py says what it
-owns); this registry is the only place that lists them. Adding a task is one
-class and one `register` call (docs/ARCHITECTURE.md has a worked example).
+"""The fine-tuning tasks, by name: the only list of them. Each task is one
+object (kjax/finetune/contract.py says what it owns) in its family's module;
+this module imports the families, and nothing below it imports the registry.
+Adding a task is its own module and one line here (docs/ARCHITECTURE.md has a
+worked example).
 
-    classify  pair  wic  regress  choice     kjax/finetune/sentence_tasks.py
-    ner  qa                                  kjax/finetune/span_tasks.py
+    classify  pair  regress     kjax/finetune/sentence_tasks.py
+    ner                         kjax/finetune/ner.py
+    qa                          kjax/finetune/qa.py
+    choice                      kjax/finetune/choice.py
+    wic                         kjax/finetune/wic.py
 """
 from __future__ import annotations
 
 from kjax.errors import KjaxError
-from kjax.finetune import sentence_tasks as sentence
-from kjax.finetune import span_tasks as span
-from kjax.finetune.task import Task
+from kjax.finetune.choice import Choice
+from kjax.finetune.contract import Task
+from kjax.finetune.ner import NamedEntities
+from kjax.finetune.qa import QuestionAnswering
+from kjax.finetune.sentence_tasks import Classify, Pair, Regress
+from kjax.finetune.wic import WordInContext
 
 TASKS: dict[str, Task] = {}
 
@@ -23,8 +31,8 @@ def register(task: Task) -> Task:
     return task
 
 
-for _task in (sentence.Classify(), sentence.Pair(), sentence.Regress(), span.NamedEntities(),
-              span.QuestionAnswering(), sentence.Choice(), sentence.WordInContext()):
+for _task in (Classify(), Pair(), Regress(), NamedEntities(), QuestionAnswering(), Choice(),
+              WordInContext()):
     register(_task)
 
 

@@ -28,8 +28,7 @@ from kjax.finetune.features import Features, make_batch
 from kjax.finetune.heads import make_task_model, model_inputs
 from kjax.finetune.pretrained import restore_pretrained_params
 from kjax.finetune.registry import finetune_task
-from kjax.finetune.span_tasks import token_predictions  # noqa: F401  (its old home)
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example
 from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
                                 put_batch, replicated)
 from kjax.train.state import make_optimizer

@@ -1,7 +1,8 @@
-"""Word in context (NIKL WiC): two sentences sharing a target word; does it
-mean the same in both? The head reads the pair's pooled [CLS] and, per
-sentence, the mean hidden state over the positions holding the target word:
-dense([tanh(pooler(h_CLS)); mean h(target in s1); mean h(target in s2)]).
+"""Word in context (NIKL WiC), `wic`: two sentences sharing a target word;
+does it mean the same in both? The head reads the pair's pooled [CLS] and,
+per sentence, the mean hidden state over the positions holding the target
+word: dense([tanh(pooler(h_CLS)); mean h(target in s1); mean h(target in s2)]).
+Scored by accuracy (primary) and macro F1, as a pair task.
 
 NIKL's TSV: ID, Target, SENTENCE1, SENTENCE2, ANSWER (True/False),
 start_s1, end_s1, start_s2, end_s2 (character offsets, end exclusive).
@@ -15,10 +16,28 @@ import numpy as np
 
 from kjax.errors import KjaxError
 from kjax.finetune.alignment import map_spans, nfc_with_offsets, token_char_spans
+from kjax.finetune.contract import PairTask
 from kjax.finetune.features import Features
-from kjax.finetune.tasks import Example
+from kjax.finetune.readers import Example, record_label
 
 SPAN_KEYS = ("start_s1", "end_s1", "start_s2", "end_s2")
+
+
+class WordInContext(PairTask):
+    name = "wic"
+
+    def from_record(self, rec, text_a, text_b, guid, where) -> Example:
+        if not isinstance(text_b, str):
+            return super().from_record(rec, text_a, text_b, guid, where)
+        label = self.parse_label(record_label(rec, where), where)
+        return Example(guid, text_a, text_b, label, None, where,
+                       target_spans=target_spans(rec, text_a, text_b, where))
+
+    def encode(self, tokenizer, splits, names, ft, pos_from_kiwi) -> dict:
+        features = super().encode(tokenizer, splits, names, ft, pos_from_kiwi)
+        for k, feats in features.items():   # the target word's tokens in each sentence
+            add_target_masks(tokenizer, splits[k], feats)
+        return features
 
 
 def target_spans(rec: dict, text_a: str, text_b: str, where: str) -> tuple:
@@ -61,11 +80,3 @@ def add_target_masks(tokenizer, examples: Sequence[Example], feats: Features) ->
                             f"{seq}; raise it")
     feats.target_mask = mask
 
-
-def masks_to_positions(token_mask: np.ndarray, token_position: np.ndarray) -> np.ndarray:
-    """[n, 2, seq] token masks → masks over the input mode's positions."""
-    out = np.zeros_like(token_mask)
-    for r in range(token_mask.shape[0]):
-        for k in range(token_mask.shape[1]):
-            out[r, k, token_position[r][token_mask[r, k]]] = True
-    return out

@@ -91,12 +91,12 @@ def _train(config, sentences) -> None:
         MorphSPTokenizer.train(sentences, t.vocab_size, t.path, t.model_type,
                                t.character_coverage, t.input_sentence_size)
     else:
-        from kjax.tokens.multihot import MultihotTokenizer
+        from kjax.tokens.multihot_build import train_tokenizer
         # vocab_size is the BPE size before rewriting; the final vocabulary is
         # smaller (duplicates merge) plus syllable/digit/letter tokens (§2.1).
-        MultihotTokenizer.train(sentences, tokenizer_file(config), t.vocab_size,
-                                min_syllable_count=t.min_syllable_count,
-                                min_syllable_share=t.min_syllable_share)
+        train_tokenizer(sentences, tokenizer_file(config), t.vocab_size,
+                        min_syllable_count=t.min_syllable_count,
+                        min_syllable_share=t.min_syllable_share)
 
 
 def vocabulary_report(config) -> str:
@@ -105,8 +105,8 @@ def vocabulary_report(config) -> str:
     tok = open_tokenizer(config)
     if config.tokenizer.scheme != "multihot":
         return f"{tok.vocab_size:,} pieces"
-    from kjax.tokens.multihot_build import format_composition
-    return format_composition(tok.vocab.composition(), tok.vocab.settings)
+    from kjax.tokens.multihot_build import composition, format_composition
+    return format_composition(composition(tok.vocab.tokens), tok.vocab.settings)
 
 
 def open_tokenizer(config):

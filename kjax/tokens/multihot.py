@@ -1,6 +1,8 @@
 """UKnowBERT morpheme-unit vocabulary (METHODS §2.1) and the morpheme →
 token-set map of §2.2 (Table 7), plus the tokenizer that feeds the multi-hot
 input generator (§2.3): one *morpheme* per model position, its tokens summed.
+Building a vocabulary from text, and describing what one is made of, is
+kjax/tokens/multihot_build.py (it imports this module, never the reverse).
 
 Decisions the spec leaves open (kept in one place, tested):
 - BPE units are `form + TAG`, the TAG written as ONE private-use character
@@ -39,7 +41,7 @@ import json
 import os
 import re
 import unicodedata
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -241,33 +243,6 @@ class MultihotVocab:
                         if k not in ("format", "version", "size")}
         return cls(tokens, settings, source=path)
 
-    # ---- §2.1: building (kjax/tokens/multihot_build.py) --------------------
-    @classmethod
-    def build(cls, morpheme_sentences: Iterable[Sequence], bpe_vocab_size: int,
-              min_syllable_count: int = 1, min_syllable_share: float = 1e-8,
-              character_coverage: float = 0.9995, input_sentence_size: int = 2_000_000,
-              num_threads: int | None = None) -> "MultihotVocab":
-        """BPE over `form+TAG` units, rewritten by POS, plus syllable, digit,
-        letter, [CHC]/[OTL] and fallback tokens (module doc). `morpheme_sentences`
-        yields sequences of `Morpheme` or `(form, tag)`, as the tokenizer's
-        analyser gives them (X+하/되 joined); it is read once."""
-        from kjax.tokens.multihot_build import build_vocab
-        tokens, settings = build_vocab(morpheme_sentences, bpe_vocab_size, min_syllable_count,
-                                       min_syllable_share, character_coverage,
-                                       input_sentence_size, num_threads)
-        return cls(tokens, settings)
-
-    def composition(self) -> dict[str, int]:
-        """Token counts by kind: BPE (rewritten), @ Hangul syllables, @ jamo,
-        @ symbols/emoji, digits, letters, specials, fallback class tokens."""
-        from kjax.tokens.multihot_build import composition
-        return composition(self.tokens)
-
-    def warnings(self) -> list[str]:
-        """Why this vocabulary may leave held-out text in [UNK] (empty: fine)."""
-        from kjax.tokens.multihot_build import thin_fallback_warnings
-        return thin_fallback_warnings(self.composition(), self.settings)
-
 
 class MultihotTokenizer(MorphemeEncoding):
     """Sentence → per-token arrays for the multi-hot input (§2.3): `morph` is
@@ -280,18 +255,6 @@ class MultihotTokenizer(MorphemeEncoding):
     def __init__(self, vocab: MultihotVocab | str, analyzer: KoreanAnalyzer | None = None):
         self.vocab = MultihotVocab.load(vocab) if isinstance(vocab, str) else vocab
         self.analyzer = (analyzer or KoreanAnalyzer()).joining_predicates()
-
-    @classmethod
-    def train(cls, sentences: Iterable[str], path: str, bpe_vocab_size: int,
-              min_syllable_count: int = 1, analyzer: KoreanAnalyzer | None = None,
-              num_workers: int | None = None, **build_options) -> "MultihotTokenizer":
-        """Analyses raw sentences with Kiwi, builds the vocabulary (§2.1) and
-        saves it to `path` (+ `path.json`)."""
-        analyzer = (analyzer or KoreanAnalyzer()).joining_predicates()
-        vocab = MultihotVocab.build(analyzer.analyze_many(sentences, num_workers),
-                                    bpe_vocab_size, min_syllable_count, **build_options)
-        vocab.save(path)
-        return cls(vocab, analyzer)
 
     @property
     def vocab_size(self) -> int:

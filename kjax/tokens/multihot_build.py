@@ -1,6 +1,12 @@
 """Building the UKnowBERT vocabulary (METHODS §2.1) and describing what it is
-made of: `MultihotVocab.build`, `.composition()` and `.warnings()` call
-these (decisions: kjax/tokens/multihot.py's module doc).
+made of (decisions: kjax/tokens/multihot.py's module doc). This module sits
+above the vocabulary: it imports kjax/tokens/multihot.py, never the reverse.
+
+    train_tokenizer  raw sentences → Kiwi morphemes → a saved vocabulary and
+                     its MultihotTokenizer (`kjax tokenizer train`)
+    build_vocab      morpheme sentences → a MultihotVocab
+    composition      token counts by kind; `vocab_warnings` when the [UNK]
+                     fallback is thin
 
     1. BPE over `form + TAG-char` units of the training text
     2. pieces rewritten by POS (`마시##`, `##의`, `사과`), duplicates merged,
@@ -21,12 +27,13 @@ from typing import Iterable, Iterator, Sequence
 import sentencepiece as spm
 
 from kjax.errors import KjaxError
-from kjax.morph.analyzer import Morpheme
+from kjax.morph.analyzer import KoreanAnalyzer, Morpheme
 from kjax.morph.tags import TAGS, base_tag, tag_id
 from kjax.tokens.characters import (CHC, JAMO_TOKENS, OTL, SYLLABLE, SYMBOL_TOKENS, char_class,
                                     is_syllable_char)
 from kjax.tokens.multihot import (BASE_TOKENS, DIGIT_TOKENS, FALLBACK_TOKENS, LETTERS,
-                                  _number_or_latin, _shadows_char_rules, _storable, rewrite)
+                                  MultihotTokenizer, MultihotVocab, _number_or_latin,
+                                  _shadows_char_rules, _storable, rewrite)
 from kjax.tokens.sentencepiece import SPECIAL_TOKENS
 
 _CHAR_RULE_TAGS = {"SN", "SL", "SH"}             # spelled by character rules
@@ -37,10 +44,35 @@ THIN_DROPPED_SHARE = 1e-3        # more syllable occurrences below the threshold
 KINDS = ("bpe", "syllables", "jamo", "symbols", "digits", "letters", "specials", "classes")
 
 
+def train_tokenizer(sentences: Iterable[str], path: str, bpe_vocab_size: int,
+                    min_syllable_count: int = 1, analyzer: KoreanAnalyzer | None = None,
+                    num_workers: int | None = None, **build_options) -> MultihotTokenizer:
+    """Analyses raw sentences with Kiwi, builds the vocabulary (§2.1) and
+    saves it to `path` (+ `path.json`)."""
+    analyzer = (analyzer or KoreanAnalyzer()).joining_predicates()
+    vocab = build_vocab(analyzer.analyze_many(sentences, num_workers), bpe_vocab_size,
+                        min_syllable_count, **build_options)
+    vocab.save(path)
+    return MultihotTokenizer(vocab, analyzer)
+
+
 def build_vocab(morpheme_sentences: Iterable[Sequence], bpe_vocab_size: int,
-                min_syllable_count: int, min_syllable_share: float,
-                character_coverage: float, input_sentence_size: int,
-                num_threads: int | None) -> tuple[list[str], dict]:
+                min_syllable_count: int = 1, min_syllable_share: float = 1e-8,
+                character_coverage: float = 0.9995, input_sentence_size: int = 2_000_000,
+                num_threads: int | None = None) -> MultihotVocab:
+    """BPE over `form+TAG` units, rewritten by POS, plus syllable, digit,
+    letter, [CHC]/[OTL] and fallback tokens (module doc). `morpheme_sentences`
+    yields sequences of `Morpheme` or `(form, tag)`, as the tokenizer's
+    analyser gives them (X+하/되 joined); it is read once."""
+    return MultihotVocab(*_vocab_tokens(morpheme_sentences, bpe_vocab_size, min_syllable_count,
+                                        min_syllable_share, character_coverage,
+                                        input_sentence_size, num_threads))
+
+
+def _vocab_tokens(morpheme_sentences: Iterable[Sequence], bpe_vocab_size: int,
+                  min_syllable_count: int, min_syllable_share: float,
+                  character_coverage: float, input_sentence_size: int,
+                  num_threads: int | None) -> tuple[list[str], dict]:
     """(tokens, settings) of a new vocabulary; see the module doc."""
     counts: collections.Counter = collections.Counter()
 
@@ -112,8 +144,15 @@ def token_kind(token: str) -> str:
 
 
 def composition(tokens: Sequence[str]) -> dict[str, int]:
+    """Token counts by kind: BPE (rewritten), @ Hangul syllables, @ jamo,
+    @ symbols/emoji, digits, letters, specials, fallback class tokens."""
     kinds = collections.Counter(map(token_kind, tokens))
     return {**{k: kinds[k] for k in KINDS}, "total": len(tokens)}
+
+
+def vocab_warnings(vocab: MultihotVocab) -> list[str]:
+    """Why `vocab` may leave held-out text in [UNK] (empty: fine)."""
+    return thin_fallback_warnings(composition(vocab.tokens), vocab.settings)
 
 
 def thin_fallback_warnings(composition: dict[str, int], settings: dict) -> list[str]:

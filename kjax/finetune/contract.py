@@ -1,7 +1,11 @@
 """What a fine-tuning task is: everything that depends on the task, in one
-object (registered in kjax/finetune/registry.py). Consumers — the readers,
-the encoder, the task model, the trainer, the run's outputs — ask the task;
-none of them branches on task names (tests/test_architecture.py checks).
+object. Each task family's module subclasses `Task` (sentence_tasks, choice,
+wic, ner, qa) and kjax/finetune/registry.py lists them. Consumers — the
+readers, the encoder, the task model, the trainer, the run's outputs — ask
+the task; none of them branches on task names (tests/test_architecture.py
+checks). The defaults below are sentence classification's, built on the
+shared readers (readers.py) and encoding (features.py); this module imports
+no task family and no registry.
 
     reader     detect_format(path), read(path, fmt), from_record(...),
                parse_label(value, where), check(example), label_names(splits)
@@ -19,6 +23,8 @@ none of them branches on task names (tests/test_architecture.py checks).
 
 The base class is sentence classification (`classify`): tanh(pooler(h_[CLS]))
 → dropout → dense(num_labels), cross-entropy, accuracy and macro F1.
+`PairTask` adds the second sentence; `NoLabelNames` is for labels that are
+not class names (scores, choice numbers).
 """
 from __future__ import annotations
 
@@ -29,8 +35,9 @@ import numpy as np
 
 from kjax.errors import KjaxError
 from kjax.finetune import metrics as M
-from kjax.finetune.tasks import (NLI_LABELS, TEXT_B_KEYS, Example, klue_ner_file,
-                                 read_generic, record_label)
+from kjax.finetune.features import Encoder
+from kjax.finetune.readers import (NLI_LABELS, TEXT_B_KEYS, Example, klue_ner_file,
+                                   read_generic, record_label)
 
 if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
     import jax
@@ -104,7 +111,6 @@ class Task:
         return encoder._label(ex.label, ex)
 
     def encoder(self, tokenizer, names, ft, pos_from_kiwi: bool):
-        from kjax.finetune.features import Encoder
         return Encoder(tokenizer, self, names, ft.max_seq_len, pos_from_kiwi)
 
     def encode(self, tokenizer, splits: dict, names: list[str], ft,
@@ -169,3 +175,13 @@ class PairTask(Task):
         if ex.text_b is None:
             raise KjaxError(f"{ex.where}: --task {self.name} needs a second sentence "
                             f"({', '.join(TEXT_B_KEYS)})")
+
+
+class NoLabelNames(Task):
+    """Tasks whose labels are not class names (scores, choice numbers)."""
+
+    def check(self, ex: Example) -> None:
+        pass
+
+    def label_names(self, splits) -> list[str]:
+        return []

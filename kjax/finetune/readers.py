@@ -16,7 +16,9 @@
 `--format auto` picks by extension and, for JSON, by the keys present.
 Every error names the file, the line (or item) and the fix. What a record
 means (a class name, a score, NER tags, choices, WiC spans), which formats
-a task reads and what it checks are the task's own (kjax/finetune/registry.py).
+a task reads and what it checks are the task's own: the readers take the
+task object (kjax/finetune/contract.py) and call it back, so they import no
+task and no registry.
 """
 from __future__ import annotations
 
@@ -56,33 +58,28 @@ class Example:
     target_spans: tuple = ()                  # wic: the target word's span in a and in b
 
 
-def read_examples(path: str, task: str, fmt: str = "auto") -> list[Example]:
-    from kjax.finetune.registry import finetune_task
-    spec = finetune_task(task)
+def read_examples(path: str, task, fmt: str = "auto") -> list[Example]:
+    """Every example of `path` as `task` (a task object; the registry's
+    finetune_task(name) gives it) reads and checks them."""
     if fmt not in FORMATS:
         raise KjaxError(f"--format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not paths.isfile(path):
         raise KjaxError(f"data file {path!r} not found; pass --train/--dev/--test FILE")
-    fmt = spec.detect_format(path) if fmt == "auto" else fmt
-    examples = spec.read(path, fmt)
+    fmt = task.detect_format(path) if fmt == "auto" else fmt
+    examples = task.read(path, fmt)
     if not examples:
         raise KjaxError(f"{path}: no examples found (format {fmt}); check the file and --format")
     for ex in examples:
-        spec.check(ex)
+        task.check(ex)
     return examples
 
 
 def read_generic(path: str, task, fmt: str) -> list[Example]:
-    """The JSON / JSONL / TSV readers; `task` (kjax/finetune/task.py) makes
+    """The JSON / JSONL / TSV readers; `task` (kjax/finetune/contract.py) makes
     each record an Example."""
     if fmt == "tsv":
         return list(_read_tsv(path, task))
     return [_from_record(rec, task, where) for rec, where in _records(path, fmt)]
-
-
-def detect_format(path: str, task: str) -> str:
-    from kjax.finetune.registry import finetune_task
-    return finetune_task(task).detect_format(path)
 
 
 def klue_ner_file(path: str) -> bool:
@@ -267,11 +264,6 @@ def _read_tsv(path: str, task) -> Iterator[Example]:
         yield _from_record(rec, task, where)
 
 
-def check_example(ex: Example, task: str) -> None:
-    from kjax.finetune.registry import finetune_task
-    finetune_task(task).check(ex)
-
-
 def split_examples(examples: Sequence[Example], fractions: Sequence[float],
                    seed: int) -> list[list[Example]]:
     """Seeded split into len(fractions) parts (the last takes the rounding).
@@ -286,8 +278,3 @@ def split_examples(examples: Sequence[Example], fractions: Sequence[float],
     return [[examples[i] for g in part for i in members[groups[g]]]
             for part in np.split(order, bounds)]
 
-
-def label_names(task: str, splits: Sequence[Sequence[Example]]) -> list[str]:
-    """Class names (NLI in KLUE's order) or BIO labels; [] for regression."""
-    from kjax.finetune.registry import finetune_task
-    return finetune_task(task).label_names(splits)

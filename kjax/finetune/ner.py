@@ -1,12 +1,10 @@
-"""The position-level tasks (the head reads every position), registered in
-kjax/finetune/registry.py; the contract is kjax/finetune/task.py.
-
-    ner   h_t → dropout → dense(num_labels) per position; cross-entropy over
-          labelled positions; entity_f1 (micro, primary), entity_macro_f1,
-          char_macro_f1, scored as KLUE-NER does (kjax/finetune/metrics.py)
-    qa    h_t → dropout → dense(2): start and end logits per position
-          (kjax/finetune/qa.py); f1 (KorQuAD's character F1, primary),
-          exact_match, squad_f1
+"""Named entities (KLUE-NER), `ner`: the head reads every position,
+h_t → dropout → dense(num_labels); cross-entropy over labelled positions;
+entity_f1 (micro, primary), entity_macro_f1, char_macro_f1, scored as
+KLUE-NER does (kjax/finetune/metrics.py). Labels are BIO tags per character
+(kjax/finetune/bio.py), moved to tokens when encoded and back to characters
+when decoded. Listed in kjax/finetune/registry.py; the contract is
+kjax/finetune/contract.py.
 """
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ import numpy as np
 from kjax.errors import KjaxError
 from kjax.finetune import metrics as M
 from kjax.finetune.bio import (OUTSIDE, split_tag, tags_to_spans, token_to_char_tags)
-from kjax.finetune.task import Task
-from kjax.finetune.tasks import Example, ner_tags, read_generic, read_klue_ner
+from kjax.finetune.contract import Task
+from kjax.finetune.readers import Example, ner_tags, read_generic, read_klue_ner
 
 if TYPE_CHECKING:   # jax loads when a step is built, not when the CLI parses
     import jax
@@ -85,72 +83,6 @@ class NamedEntities(Task):
 
     def baseline(self, train_gold, eval_gold) -> list:
         return [[OUTSIDE] * len(tags) for tags in eval_gold]
-
-
-class QuestionAnswering(Task):
-    name = "qa"
-    per_position = True
-    metric_names = ("f1", "exact_match", "squad_f1")
-    primary = "f1"
-
-    def detect_format(self, path: str) -> str:
-        return "squad"
-
-    def read(self, path: str, fmt: str) -> list[Example]:
-        if fmt != "squad":
-            raise KjaxError(f"{path}: --task qa reads SQuAD-style JSON (KorQuAD, KLUE-MRC; "
-                            f"--format squad) and --format squad is only for --task qa")
-        from kjax.finetune.qa import read_squad
-        return read_squad(path)
-
-    def check(self, ex: Example) -> None:
-        pass
-
-    def label_names(self, splits) -> list[str]:
-        return []
-
-    def encode(self, tokenizer, splits, names, ft, pos_from_kiwi) -> dict:
-        from kjax.finetune.qa import QAEncoder
-        encode = QAEncoder(tokenizer, ft.max_seq_len, ft.doc_stride, ft.max_query_len).encode
-        return {k: encode(v) for k, v in splits.items()}
-
-    def num_outputs(self, num_labels: int) -> int:
-        return 2
-
-    def loss(self, outputs: jax.Array, batch: dict, group: int = 1) -> jax.Array:
-        """Start and end over the row's positions (padding excluded)."""
-        import jax.numpy as jnp
-        import optax
-        w, labels = batch["weights"], batch["labels"]
-        logits = jnp.where(batch["attention_mask"][..., None] > 0, outputs, -1e9)
-        ce = sum(optax.softmax_cross_entropy_with_integer_labels(logits[..., i], labels[:, i])
-                 for i in (0, 1)) / 2
-        return (ce * w).sum() / jnp.maximum(w.sum(), 1.0)
-
-    def predictions(self, outputs: jax.Array, group: int = 1) -> jax.Array:
-        return outputs
-
-    def gold(self, examples: Sequence[Example]) -> list:
-        from kjax.finetune.qa import gold_answers
-        return gold_answers(examples)
-
-    def decode(self, tuner, split: str, feats, outputs: list) -> list:
-        """Windows → one answer per question."""
-        from kjax.finetune.qa import decode_answers
-        allow_null = any(ex.impossible for ex in tuner.data.examples["train"])
-        return decode_answers(feats, outputs, tuner.data.examples[split], tuner.ft.n_best,
-                              tuner.ft.max_answer_len, allow_null)
-
-    def prediction_row(self, ex: Example, pred) -> dict:
-        return {"question": ex.text_a, "gold": [t for _, t in ex.label or ()],
-                "impossible": ex.impossible, "pred": pred}
-
-    def metrics(self, gold, pred, label_names=(), sts_threshold: float = 3.0) -> dict:
-        from kjax.finetune.qa_metrics import qa_metrics
-        return qa_metrics(gold, pred)
-
-    def baseline(self, train_gold, eval_gold) -> list:
-        return [""] * len(eval_gold)
 
 
 def token_predictions(feats, row: int, pred, names: list[str]) -> list[int]:
