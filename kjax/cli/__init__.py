@@ -33,7 +33,7 @@ from kjax.errors import KjaxError
 # distributed=True (jax.distributed before the verb runs).
 VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.cli.knowledge",
                 "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze",
-                "kjax.cli.fill_mask", "kjax.cli.show_config")
+                "kjax.cli.fill_mask", "kjax.cli.show_config", "kjax.cli.compile")
 # Verbs whose --config defaults to the one recorded in their run's workdir.
 RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect", "fill-mask")
 
