@@ -1,0 +1,100 @@
+"""Every TPU preset compiled for a slice it is meant for, with libtpu and no
+TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
+
+    python .ci/tpu_check.py                 # every case below (one process)
+    python .ci/tpu_check.py --only v3_8,shake --fit-batch
+
+One topology per preset family: the four slice presets on their own slice
+(v3_32 also on a v3-128, 16 hosts), every model preset on a v3-8 (8 cores,
+16 GiB each: the smallest slice the thesis used), and the features that
+change the compiled program: SHAKE's B dense and as pairs, the flash
+kernel, multi-hot input with the knowledge heads (mbert_*, uknowbert_*),
+packing. A case that does not fit, or fails to compile, fails the check.
+Prints the Markdown table docs/TPU.md and the presets' headers quote.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 1 << 30
+SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
+FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
+               "model.attention_impl=flash", "model.attention_dropout_rate=0.0"]
+PACKING = ["train.packing=true"]
+MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "mbert_s", "mbert_b",
+          "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r", "uknowbert_w",
+          "roberta_small_shake", "shake_baseline", "shake_pos_plus", "shake_pos_minus",
+          "shake_random", "shake_shared_position", "shake_merged", "modern_small",
+          "modern_base"]
+# (preset, topology, overrides, what the case adds)
+CASES = [("v2_8", "v2-8", [], ""), ("v3_8", "v3-8", [], ""), ("v3_32", "v3-32", [], "4 hosts"),
+         ("v3_32", "v3-128", ["mesh.data=128"], "16 hosts"), ("v4_8", "v4-8", [], ""),
+         ("v3_8", "v3-8", SHAKE_DENSE, "shaking, dense B"),
+         ("v3_8", "v3-8", FLASH_PAIRS, "flash kernel, pairs B"),
+         ("modern_base", "v3-8", PACKING, "packing")] + [(m, "v3-8", [], "") for m in MODELS]
+
+
+def run_case(preset, topology, overrides, fit: bool) -> dict:
+    from kjax.config import load_config
+    from kjax.objectives import check_config
+    from kjax.pretrain.aot import check
+    config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
+                         [f"--config.{o}" for o in overrides])
+    check_config(config)
+    start = time.perf_counter()
+    report = check(config, topology, steps=("train",), fit=fit, cost=False,
+                   progress=lambda m: print("   ", m, file=sys.stderr, flush=True))
+    report["wall_s"] = time.perf_counter() - start
+    return report
+
+
+def row(preset, overrides, note, report) -> str:
+    s = report["steps"]["train"]
+    change = f"{preset}" + (f" + {note}" if note else "")
+    fit = report.get("fit", {})
+    largest = str(fit["largest"]) if fit else "—"
+    peak = f"{s.peak / GIB:.2f}" if s.fits else "—"
+    verdict = "yes" if s.fits else f"**no**: {s.error[:80]}"
+    return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
+            f"{report['batch_size']} | {s.seconds:.0f} | "
+            f"{s.arguments / GIB:.2f} | {s.temporaries / GIB:.2f} | {peak} | "
+            f"{report['hbm_bytes'] / GIB:.0f} | {verdict} | {largest} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
+    ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
+    args = ap.parse_args()
+    wanted = [w for w in args.only.split(",") if w]
+    cases = [c for c in CASES
+             if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
+    from kjax.errors import KjaxError
+    print("| preset / change | topology | hosts | batch | compile s | arguments GiB | "
+          "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |", flush=True)
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    failed, start = [], time.perf_counter()
+    for preset, topology, overrides, note in cases:
+        print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
+        try:
+            report = run_case(preset, topology, overrides, args.fit_batch)
+        except KjaxError as e:
+            failed.append(f"{preset} ({note or topology}): {e}")
+            print(f"| {preset} {note} | {topology} | | | | | | | | **error**: {e} | |", flush=True)
+            continue
+        print(row(preset, overrides, note, report), flush=True)
+        if not report["steps"]["train"].fits:
+            failed.append(f"{preset} ({note or topology}) does not fit")
+    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s", flush=True)
+    for f in failed:
+        print(f"tpu-check: FAILED {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
