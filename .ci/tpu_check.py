@@ -30,12 +30,16 @@ MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "mbert_s", "mbe
           "roberta_small_shake", "shake_baseline", "shake_pos_plus", "shake_pos_minus",
           "shake_random", "shake_shared_position", "shake_merged", "modern_small",
           "modern_base"]
-# (preset, topology, overrides, what the case adds)
-CASES = [("v2_8", "v2-8", [], ""), ("v3_8", "v3-8", [], ""), ("v3_32", "v3-32", [], "4 hosts"),
-         ("v3_32", "v3-128", ["mesh.data=128"], "16 hosts"), ("v4_8", "v4-8", [], ""),
-         ("v3_8", "v3-8", SHAKE_DENSE, "shaking, dense B"),
-         ("v3_8", "v3-8", FLASH_PAIRS, "flash kernel, pairs B"),
-         ("modern_base", "v3-8", PACKING, "packing")] + [(m, "v3-8", [], "") for m in MODELS]
+# (preset, topology, overrides, what the case adds, fits): the last case must be
+# refused by XLA (RESOURCE_EXHAUSTED), which keeps the out-of-memory path honest.
+CASES = [("v3_8", "v3-8", [], "", True),
+         ("v3_8", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
+         ("v3_8", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+         ("v2_8", "v2-8", [], "", True), ("v3_32", "v3-32", [], "4 hosts", True),
+         ("v3_32", "v3-128", ["mesh.data=128"], "16 hosts", True), ("v4_8", "v4-8", [], "", True),
+         ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
+         ("modern_base", "v3-8", PACKING, "packing", True)] + \
+    [(m, "v3-8", [], "", True) for m in MODELS]
 
 
 def run_case(preset, topology, overrides, fit: bool) -> dict:
@@ -45,10 +49,11 @@ def run_case(preset, topology, overrides, fit: bool) -> dict:
     config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     report = check(config, topology, steps=("train",), fit=fit, cost=False,
                    progress=lambda m: print("   ", m, file=sys.stderr, flush=True))
     report["wall_s"] = time.perf_counter() - start
+    report["cpu_s"] = time.process_time() - cpu   # all threads: the load-free cost
     return report
 
 
@@ -60,7 +65,7 @@ def row(preset, overrides, note, report) -> str:
     peak = f"{s.peak / GIB:.2f}" if s.fits else "—"
     verdict = "yes" if s.fits else f"**no**: {s.error[:80]}"
     return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
-            f"{report['batch_size']} | {s.seconds:.0f} | "
+            f"{report['batch_size']} | {s.seconds:.0f} | {report['cpu_s']:.0f} | "
             f"{s.arguments / GIB:.2f} | {s.temporaries / GIB:.2f} | {peak} | "
             f"{report['hbm_bytes'] / GIB:.0f} | {verdict} | {largest} |")
 
@@ -70,27 +75,34 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
     ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     cases = [c for c in CASES
              if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
+    if args.list:
+        print("\n".join(f"{c[0]} {c[1]} {' '.join(c[2])}" for c in cases))
+        return 0
     from kjax.errors import KjaxError
-    print("| preset / change | topology | hosts | batch | compile s | arguments GiB | "
+    print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
           "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |", flush=True)
-    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     failed, start = [], time.perf_counter()
-    for preset, topology, overrides, note in cases:
+    for preset, topology, overrides, note, expected in cases:
         print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
         try:
             report = run_case(preset, topology, overrides, args.fit_batch)
         except KjaxError as e:
             failed.append(f"{preset} ({note or topology}): {e}")
-            print(f"| {preset} {note} | {topology} | | | | | | | | **error**: {e} | |", flush=True)
+            print(f"| {preset} {note} | {topology} | | | | | | | | | **error**: {e} | |", flush=True)
             continue
         print(row(preset, overrides, note, report), flush=True)
-        if not report["steps"]["train"].fits:
-            failed.append(f"{preset} ({note or topology}) does not fit")
-    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s", flush=True)
+        fits = report["steps"]["train"].fits
+        if fits != expected:
+            failed.append(f"{preset} ({note or topology}) " + ("does not fit" if expected else
+                          "fits, but XLA was expected to refuse it (RESOURCE_EXHAUSTED)"))
+    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s "
+          f"({time.process_time():.0f} CPU s)", flush=True)
     for f in failed:
         print(f"tpu-check: FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

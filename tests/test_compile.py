@@ -123,8 +123,8 @@ def test_not_fitting_is_one_line_naming_what_to_change(tmp_path, monkeypatch, ca
 
 @pytest.mark.slow
 def test_loop_counted_cost_matches_an_unrolled_compile(tmp_path):
-    """XLA counts a while loop's body once; the correction (one 2-layer
-    unrolled compile) must give what the unrolled 4-layer step costs."""
+    """XLA counts a while loop's body once; the correction (1- and 2-layer
+    unrolled compiles) must give what the unrolled 4-layer step costs."""
     import jax
     devices = jax.devices()
     scanned_cfg = tiny_config(tmp_path, **{"model.num_layers": 4, "model.scan_layers": True,
@@ -135,8 +135,8 @@ def test_loop_counted_cost_matches_an_unrolled_compile(tmp_path):
     unrolled = aot.compile_step(aot.with_overrides(scanned_cfg, **{"model.scan_layers": False}),
                                 devices)
     assert scanned.flops < 0.8 * unrolled.flops          # the loop counted once
-    assert flops == pytest.approx(unrolled.flops, rel=0.05)
-    assert bytes_accessed == pytest.approx(unrolled.bytes_accessed, rel=0.25)
+    assert flops == pytest.approx(unrolled.flops, rel=0.02)
+    assert bytes_accessed == pytest.approx(unrolled.bytes_accessed, rel=0.1)
 
 
 @pytest.mark.parametrize("extra", [

@@ -34,7 +34,7 @@ def register(verbs, add_config) -> None:
                    help="also find the largest global batch that compiles (≤ 4 more compiles)")
     p.add_argument("--no-eval", action="store_true", help="compile the train step only")
     p.add_argument("--no-roofline", action="store_true",
-                   help="skip the roofline (saves one compile for a scanned encoder)")
+                   help="skip the roofline (saves two small compiles for a scanned encoder)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=run_compile)
 
