@@ -42,6 +42,9 @@ CASES = [("v3_8", "v3-8", [], "", True),
     [(m, "v3-8", [], "", True) for m in MODELS]
 
 
+CACHE = {}   # StableHLO → result: presets whose programs are identical compile once
+
+
 def run_case(preset, topology, overrides, fit: bool) -> dict:
     from kjax.config import load_config
     from kjax.objectives import check_config
@@ -50,7 +53,7 @@ def run_case(preset, topology, overrides, fit: bool) -> dict:
                          [f"--config.{o}" for o in overrides])
     check_config(config)
     start, cpu = time.perf_counter(), time.process_time()
-    report = check(config, topology, steps=("train",), fit=fit, cost=False,
+    report = check(config, topology, steps=("train",), fit=fit, cost=False, cache=CACHE,
                    progress=lambda m: print("   ", m, file=sys.stderr, flush=True))
     report["wall_s"] = time.perf_counter() - start
     report["cpu_s"] = time.process_time() - cpu   # all threads: the load-free cost
@@ -64,6 +67,8 @@ def row(preset, overrides, note, report) -> str:
     largest = str(fit["largest"]) if fit else "—"
     peak = f"{s.peak / GIB:.2f}" if s.fits else "—"
     verdict = "yes" if s.fits else f"**no**: {s.error[:80]}"
+    if s.same_as:
+        verdict += f" (the program of {s.same_as}: not compiled again)"
     return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
             f"{report['batch_size']} | {s.seconds:.0f} | {report['cpu_s']:.0f} | "
             f"{s.arguments / GIB:.2f} | {s.temporaries / GIB:.2f} | {peak} | "

@@ -73,7 +73,7 @@ def test_compile_local_reports_train_and_eval_memory(tmp_path, capsys):
 
 def _scripted(limit: int, fixed: int, per_row: int, calls: list):
     """A compiler whose peak is fixed + per_row · batch and that refuses above `limit`."""
-    def compile_step(config, devices, step="train"):
+    def compile_step(config, devices, step="train", cache=None):
         b = config.train.batch_size
         calls.append(b)
         peak = fixed + per_row * b
@@ -105,7 +105,7 @@ def test_fit_batch_finds_the_largest_batch_that_compiles(tmp_path, monkeypatch, 
 
 
 def test_not_fitting_is_one_line_naming_what_to_change(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(aot, "compile_step", lambda config, devices, step="train":
+    monkeypatch.setattr(aot, "compile_step", lambda config, devices, step="train", cache=None:
                         aot.StepCompile(step, config.train.batch_size, 1.0, False,
                                         error="RESOURCE_EXHAUSTED: Ran out of memory in memory "
                                         "space hbm. Used 20.15G of 15.48G hbm."))
@@ -159,3 +159,16 @@ def test_synthetic_batch_has_the_loader_keys(tmp_path, extra):
             assert shapes[k] == ((4, *v.shape), v.dtype), k
     else:
         assert {"shake_key_start", "shake_key_end", "shake_weight"} <= set(shapes)
+
+
+def test_the_same_program_is_compiled_once(tmp_path):
+    import jax
+    cache, config = {}, tiny_config(tmp_path)
+    first = aot.compile_step(config, jax.devices(), "eval", cache)
+    again = aot.compile_step(aot.with_overrides(config, **{"name": "twin"}), jax.devices(),
+                             "eval", cache)
+    assert first.same_as == "" and again.same_as == config.name and len(cache) == 1
+    assert (again.peak, again.fits) == (first.peak, first.fits)
+    other = aot.compile_step(aot.with_overrides(config, **{"train.batch_size": 32}),
+                             jax.devices(), "eval", cache)
+    assert other.same_as == "" and len(cache) == 2

@@ -52,14 +52,18 @@ class StepCompile:
     flops: float = 0.0        # XLA's cost analysis (a loop body counted once)
     bytes_accessed: float = 0.0
     error: str = ""           # XLA's verdict when it does not fit
+    same_as: str = ""         # a cached compile of the same program (compile_step's cache)
 
 
 def with_overrides(config, **keys):
     """A copy of `config` with dotted keys changed ({"train.batch_size": 64})."""
     c = config.copy_and_resolve_references()
     for dotted, value in keys.items():
-        section, leaf = dotted.split(".")
-        c[section][leaf] = value
+        *sections, leaf = dotted.split(".")
+        node = c
+        for section in sections:
+            node = node[section]
+        node[leaf] = value
     return c
 
 
@@ -93,11 +97,27 @@ def _cost(compiled) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
-def compile_step(config, devices, step: str = "train") -> StepCompile:
+def compile_step(config, devices, step: str = "train", cache: dict | None = None) -> StepCompile:
     """Compile one step; an out-of-memory verdict is a result (fits=False),
-    any other failure an error."""
+    any other failure an error. With `cache`, a program already compiled for
+    the same devices (the same StableHLO: presets that differ only in data,
+    e.g. B's sign) is not compiled again: its result is returned, 0 s."""
     start = time.perf_counter()
     lowered = lower(config, devices, step)
+    key = None
+    if cache is not None:
+        import hashlib
+        key = (hashlib.sha256(lowered.as_text().encode()).hexdigest(), len(devices),
+               devices[0].device_kind, config.train.batch_size)
+        if key in cache:
+            return dataclasses.replace(cache[key], seconds=time.perf_counter() - start)
+    result = _compile(lowered, config, step, start)
+    if key is not None:
+        cache[key] = dataclasses.replace(result, same_as=config.get("name", "") or "?")
+    return result
+
+
+def _compile(lowered, config, step: str, start: float) -> StepCompile:
     try:
         compiled = lowered.compile()
     except Exception as e:  # noqa: BLE001 - XlaRuntimeError has no stable import path
@@ -245,7 +265,7 @@ def target_devices(topology_text: str):
 
 
 def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False,
-          cost: bool = True, progress=print) -> dict:
+          cost: bool = True, progress=print, cache: dict | None = None) -> dict:
     """Compile `steps` for the topology; the report `kjax compile` prints."""
     devices, where, hbm, peak, bandwidth = target_devices(topology_text)
     report = {"topology": where, "devices": len(devices),
@@ -254,7 +274,7 @@ def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False
               "batch_size": config.train.batch_size, "hbm_bytes": hbm, "steps": {}}
     for step in steps:
         progress(f"compiling the {step} step for {where} ...")
-        report["steps"][step] = compile_step(config, devices, step)
+        report["steps"][step] = compile_step(config, devices, step, cache)
     train = report["steps"].get("train")
     if train is not None and fit and hbm:
         progress("searching the largest batch that compiles ...")
