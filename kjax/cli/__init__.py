@@ -8,6 +8,7 @@ tpu_configs/) and any number of `--config.key=value` overrides.
     kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
     kjax fill-mask       --workdir runs/demo "오늘 날씨[MASK] 좋네요."   (the MLM head's answers)
     kjax config show     [--config C] [--diff WORKDIR]   (every key, value, meaning)
+    kjax compile         --config tpu_configs/v3_32.py --topology v3-32   (will it fit? no TPU)
 
 Verbs that work on a run (train, eval, export, analyze, finetune --init,
 inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
