@@ -122,8 +122,10 @@ def topology_devices(topology: Topology) -> list:
     from jax.experimental import topologies
     # Off a TPU VM libtpu looks for the VM's metadata and warns (on stderr,
     # several lines) that it found none; these say what it would have found.
+    # No chip is opened, so several compiling processes may share libtpu
+    # (its lockfile would refuse the second one).
     quiet = {"TPU_ACCELERATOR_TYPE": topology.accelerator, "TPU_WORKER_HOSTNAMES": "localhost",
-             "TPU_SKIP_MDS_QUERY": "1"}
+             "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update({k: v for k, v in quiet.items() if saved[k] is None})
     try:
