@@ -172,3 +172,14 @@ def test_the_same_program_is_compiled_once(tmp_path):
     other = aot.compile_step(aot.with_overrides(config, **{"train.batch_size": 32}),
                              jax.devices(), "eval", cache)
     assert other.same_as == "" and len(cache) == 2
+
+
+def test_xla_out_of_memory_message_is_kept_to_its_first_sentence():
+    """The message libtpu 0.0.42.1 gives for a v3-32 (demo.py at batch 2^20)."""
+    text = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+            "temporaries (40.53G) exceeds available HBM (15.48G). Largest program allocations "
+            "in hbm: 1. Size: 10.00G ...")
+    assert aot._oom_summary(text) == (
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (40.53G) exceeds available HBM (15.48G).")
+    assert aot.OOM.search(text)

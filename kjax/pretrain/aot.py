@@ -137,9 +137,10 @@ def _compile(lowered, config, step: str, start: float) -> StepCompile:
 
 
 def _oom_summary(text: str) -> str:
-    """XLA's out-of-memory message, to its first sentence that says how much."""
-    m = re.search(r"(RESOURCE_EXHAUSTED:[^.]*?(?:\d[\d.]*\s*[GMK]i?B?[^.]*){1,3})", text)
-    return (m.group(1) if m else text)[:240].strip()
+    """XLA's out-of-memory message, to the end of its first sentence (the one
+    that says how much: "... temporaries (40.53G) exceeds available HBM (15.48G)")."""
+    m = re.search(r"RESOURCE_EXHAUSTED:.*?\.(?=\s|$)", text)
+    return (m.group(0) if m else text)[:240].strip()
 
 
 def batch_shards(config, num_devices: int) -> int:
