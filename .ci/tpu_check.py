@@ -1,8 +1,9 @@
 """Every TPU preset compiled for a slice it is meant for, with libtpu and no
 TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
 
-    python .ci/tpu_check.py                 # every case below (one process)
-    python .ci/tpu_check.py --only v3_8,shake --fit-batch
+    python .ci/tpu_check.py                 # CI's cases (one process)
+    python .ci/tpu_check.py --set all       # every preset (CASES)
+    python .ci/tpu_check.py --set all --only v3_8,shake --fit-batch
 
 One topology per preset family: the four slice presets on their own slice
 (v3_32 also on a v3-128, 16 hosts), every model preset on a v3-8 (8 cores,
@@ -40,6 +41,19 @@ CASES = [("v3_8", "v3-8", [], "", True),
          ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
          ("modern_base", "v3-8", PACKING, "packing", True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
+# What CI compiles (make tpu-check; budget ≤ 25 min on 2 cores): the four slice
+# presets on their slices (4 hosts: v3_32), 16 hosts and XLA's refusal with the
+# tiny demo model, and every feature that changes the program on a small model.
+# `make tpu-check-all` runs CASES (every preset; ~5 CPU-minutes per BERT-base).
+HUGE_BATCH = ["train.batch_size=1048576"]
+CI_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
+            ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
+            ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
+            ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
+            ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
+            ("bert_s", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+            ("uknowbert_s", "v3-8", [], "multi-hot, knowledge heads", True),
+            ("modern_small", "v3-8", PACKING, "packing", True)]
 
 
 CACHE = {}   # StableHLO → result: presets whose programs are identical compile once
@@ -78,12 +92,14 @@ def row(preset, overrides, note, report) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", choices=("ci", "all"), default="ci",
+                    help="ci: the cases CI compiles (default); all: every preset")
     ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
     ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
-    cases = [c for c in CASES
+    cases = [c for c in (CI_CASES if args.set == "ci" else CASES)
              if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
     if args.list:
         print("\n".join(f"{c[0]} {c[1]} {' '.join(c[2])}" for c in cases))
