@@ -80,7 +80,7 @@ def row(preset, overrides, note, report) -> str:
     fit = report.get("fit", {})
     largest = str(fit["largest"]) if fit else "—"
     peak = f"{s.peak / GIB:.2f}" if s.fits else "—"
-    verdict = "yes" if s.fits else f"**no**: {s.error[:80]}"
+    verdict = "yes" if s.fits else f"**no**: {s.error}"
     if s.same_as:
         verdict += f" (the program of {s.same_as}: not compiled again)"
     return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
