@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast wheel-check clean
+.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check tpu-check-all clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,23 @@ test: $(DEV)
 # Everything but the tests marked slow.
 test-fast: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 -m "not slow"
+
+# Every TPU preset compiled for its slice with libtpu, no TPU (.ci/tpu_check.py;
+# docs/TPU.md). Its own venv: libtpu (~700 MB) stays out of .venv, where jax
+# would probe for a TPU in every test. CI runs it after wheel-check (.ci/run).
+TPU_VENV := build/tpu-venv
+$(TPU_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(TPU_VENV)
+	$(TPU_VENV)/bin/pip install -q --upgrade pip
+	$(TPU_VENV)/bin/pip install -q -e '.[tpu]'
+	touch $@
+
+tpu-check: $(TPU_VENV)/.installed
+	$(TPU_VENV)/bin/python .ci/tpu_check.py --set ci $(TPU_CHECK_ARGS)
+
+# Every preset of tpu_configs/ (BERT-base-sized ones: ~5 CPU-minutes each).
+tpu-check-all: $(TPU_VENV)/.installed
+	$(TPU_VENV)/bin/python .ci/tpu_check.py --set all $(TPU_CHECK_ARGS)
 
 clean:
 	rm -rf runs build *.egg-info

@@ -155,13 +155,16 @@ spend() { # one more recreation/restart, or give up
   fi
 }
 
+CHECK_ARGS=(--accelerator "$ACCELERATOR") # the first launch compiles for it (run.sh)
 NEED_SETUP=1 # the first launch, and the first one on every new TPU, sets up
 launch() {
   if ((NEED_SETUP)); then
     sibling setup.sh || return 1
     NEED_SETUP=0
   fi
-  sibling run.sh --run "$RUN" ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} -- "${TRAIN[@]}"
+  sibling run.sh --run "$RUN" "${CHECK_ARGS[@]}" ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} -- "${TRAIN[@]}" ||
+    return 1
+  CHECK_ARGS=(--no-compile-check) # run.sh compiled this config once: not again per restart
 }
 
 recreate() {

@@ -12,7 +12,7 @@ from kjax.config import apply_override, defaults, load_config
 from kjax.errors import KjaxError
 
 HELP_VERBS = [[], ["tokenizer"], ["tokenizer", "train"], ["prepare"], ["train"], ["eval"],
-              ["demo"]]
+              ["demo"], ["compile"]]
 
 
 @pytest.mark.parametrize("verb", HELP_VERBS)

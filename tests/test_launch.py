@@ -73,7 +73,9 @@ def fake(tmp_path):
     gcloud.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KJAX_", "CLOUDSDK_"))}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", FAKE_GCLOUD_DIR=str(tmp_path),
-               TMPDIR=str(tmp_path), LC_ALL="C")
+               TMPDIR=str(tmp_path), LC_ALL="C",
+               # run.sh's compile check is off here; the tests of it turn it on
+               KJAX_COMPILE_CHECK="0")
 
     class Fake:
         path = tmp_path
@@ -148,7 +150,8 @@ def test_scripts_are_strict_bash():
     ("create.sh", ["--accelerator", "--version", "--spot", "--preemptible", "--reserved",
                    "--queued"]),
     ("setup.sh", ["--python", "--extras"]),
-    ("run.sh", ["--run", "--worker", "--env", "--foreground"]),
+    ("run.sh", ["--run", "--worker", "--env", "--foreground", "--accelerator",
+                "--no-compile-check"]),
     ("logs.sh", ["--run", "--worker", "--lines", "--follow", "--fetch", "--accelerator"]),
     ("stop.sh", ["--vm"]),
     ("delete.sh", ["--queued", "--yes"]),
@@ -343,6 +346,84 @@ def test_run_options(fake):
     assert remote(cmd)[2:5] == ["run", "prep", "--"]
     [cmd] = dry(fake, "run.sh", *T, "--", *TRAIN)          # default run name: a timestamp
     assert remote(cmd)[3].startswith("run-20")
+
+
+# --- run.sh's compile check: `kjax compile` here before a new training run --------
+
+FAKE_KJAX = r'''#!{python}
+"""Fake local kjax: log argv; exit with $FAKE_KJAX_RC (a config that does not fit: 2)."""
+import json, os, sys
+with open(os.path.join(os.environ["FAKE_GCLOUD_DIR"], "kjax.jsonl"), "a") as f:
+    f.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(),
+                        "platforms": os.environ.get("JAX_PLATFORMS")}) + "\n")
+rc = int(os.environ.get("FAKE_KJAX_RC", "0"))
+if rc:
+    print("kjax: error: tpu_configs/v3_32.py does not fit v3-32 ...", file=sys.stderr)
+sys.exit(rc)
+'''
+CHECK_ON = {"KJAX_COMPILE_CHECK": "1"}
+
+
+def fake_kjax(fake):
+    kjax = fake.path / "bin" / "kjax"
+    kjax.write_text(FAKE_KJAX.replace("{python}", sys.executable))
+    kjax.chmod(0o755)
+    f = fake.path / "kjax.jsonl"
+    return lambda: [json.loads(l) for l in f.read_text().splitlines()] if f.exists() else []
+
+
+def test_run_compiles_a_new_training_run_first(fake):
+    """Dry run: the check (the config and its overrides, for the slice) comes
+    before the ssh that starts the job."""
+    args = [*T, "--accelerator", "v3-32", "--run", "r1", "--", *TRAIN,
+            "--config.train.batch_size=256"]
+    cmds = [
+        shlex.split(line[2:]) for line in
+        sh(fake, "run.sh", "--dry-run", *args, env=CHECK_ON).stdout.splitlines()
+        if line.startswith("+ ")]
+    assert cmds[0] == ["env", "JAX_PLATFORMS=cpu", "kjax", "compile", "--config",
+                       "tpu_configs/v3_32.py", "--config.train.batch_size=256",
+                       "--topology", "v3-32", "--no-eval", "--no-roofline"]
+    assert cmds[1][:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and len(cmds) == 2
+
+
+def test_run_stops_when_the_config_does_not_fit(fake):
+    calls = fake_kjax(fake)
+    p = sh(fake, "run.sh", *T, "--run", "r1", "--", *TRAIN, ok=False,
+           env={**CHECK_ON, "FAKE_KJAX_RC": "2"})
+    # the accelerator came from gcloud's describe; nothing was started
+    assert fake.calls() == [["compute", "tpus", "tpu-vm", "describe", "pod", *SCOPE,
+                             "--format=value(acceleratorType)"]]
+    [check] = calls()
+    assert check["argv"][:3] == ["compile", "--config", "tpu_configs/v3_32.py"]
+    assert check["argv"][-3:] == ["v3-32", "--no-eval", "--no-roofline"]
+    assert check["cwd"] == str(ROOT) and check["platforms"] == "cpu"
+    assert "does not fit v3-32" in p.stderr and "nothing was started" in p.stderr
+
+
+def test_run_starts_the_job_when_the_config_fits(fake):
+    calls = fake_kjax(fake)
+    sh(fake, "run.sh", *T, "--accelerator", "v3-32", "--run", "r1", "--", *TRAIN, env=CHECK_ON)
+    assert len(calls()) == 1
+    assert [c[:4] for c in fake.calls()] == [["compute", "tpus", "tpu-vm", "ssh"]]
+
+
+@pytest.mark.parametrize("args, env", [
+    (["--no-compile-check", "--", *TRAIN], CHECK_ON),
+    (["--", *TRAIN], {"KJAX_COMPILE_CHECK": "0"}),
+    (["--", "train", "--workdir", "gs://bucket/run1"], CHECK_ON),     # a resume
+    (["--worker", "0", "--", "prepare", "--config", "tpu_configs/v3_32.py"], CHECK_ON)])
+def test_run_without_a_compile_check(fake, args, env):
+    calls = fake_kjax(fake)
+    sh(fake, "run.sh", *T, "--accelerator", "v3-32", "--run", "r1", *args, env=env)
+    assert calls() == [] and len(fake.calls()) == 1
+
+
+def test_run_compile_check_needs_kjax_here(fake):
+    p = sh(fake, "run.sh", *T, "--accelerator", "v3-32", "--run", "r1", "--", *TRAIN,
+           ok=False, env={**CHECK_ON, "KJAX_LOCAL": "no-such-kjax"})
+    assert "pip install 'kjax[tpu]'" in p.stderr and "--no-compile-check" in p.stderr
+    assert fake.calls() == []
 
 
 @pytest.fixture

@@ -43,6 +43,9 @@ def test_slice_config_loads_and_fills_its_slice(path):
     with open(path, encoding="utf-8") as f:
         header = f.read().split('"""')[1]
     assert "PROJECTION" in header and f"--config tpu_configs/{os.path.basename(path)}" in header
+    # memory: compiled (kjax compile, docs/TPU.md §15) or not claimed at all
+    if re.search(r"is enough|\bfits\b|needs [\d.]+ GiB", header):
+        assert "kjax compile" in header, "a memory claim without its compile"
     assert re.search(r"\d+ %", header) and "tokens/s" in header
 
 

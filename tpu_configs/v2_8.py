@@ -9,7 +9,12 @@ For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
       --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples128" --workdir "gs://$BUCKET/runs/bert-v2-8"
 
-Expected — a PROJECTION, not a measurement (nobody here has a TPU): 70
+Compiled for a v2-8 (`kjax compile --config tpu_configs/v2_8.py --topology
+v2-8`; libtpu 0.0.42.1, no TPU, 2026-11-26): the train step needs 5.20 GiB
+per core of 8 (arguments 1.24, temporaries 3.95): fits. The largest batch
+has not been searched yet (add `--fit-batch`).
+
+Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 70
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
 4 chips × 45 = 180 TFLOP/s (22.5 per core); at the ~40 % MFU measured on CPU
 against the matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1000

@@ -1,7 +1,7 @@
 r"""BERT-base on a TPU v3-8 (one host, 4 chips × 2 TensorCores = 8 JAX
 devices): mesh data=8, batch 128 (16 per core), sequences of 512, bf16
-compute with fp32 params and Adam state, no remat (16 GiB per core is
-enough; 'dots_with_no_batch_dims_saveable' if a bigger batch runs out).
+compute with fp32 params and Adam state, no remat ('dots_with_no_batch_dims_saveable'
+if a bigger batch runs out: `kjax compile ... --fit-batch` says).
 UKNOW base's setting (Table 13: batch 128, lr 1e-4, 1M steps, TPU v3).
 
     launch/create.sh --accelerator v3-8 --spot && launch/setup.sh
@@ -9,7 +9,13 @@ UKNOW base's setting (Table 13: batch 128, lr 1e-4, 1M steps, TPU v3).
       --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v3-8"
 
-Expected — a PROJECTION, not a measurement (nobody here has a TPU): 302
+Compiled for a v3-8 (`kjax compile --config tpu_configs/v3_8.py --topology
+v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26): the train step needs 11.54 GiB
+per core of 16 (arguments 1.24, temporaries 10.30): fits; with SHAKE's dense
+B 12.13 GiB, with the flash kernel and pairs B 7.73 GiB. The largest batch
+has not been searched yet (add `--fit-batch`).
+
+Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 302
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
 4 chips × 123 = 492 TFLOP/s; at the ~40 % MFU measured on CPU against the
 matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~650 examples/s, ~330k

@@ -77,6 +77,7 @@ def make_eval_step(config, mesh, eval_model, param_shardings):
     def run(params, batch):
         with on_mesh(mesh, config):
             return jitted(params, batch)
+    run.jitted = jitted
     return run
 
 

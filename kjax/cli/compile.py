@@ -1,0 +1,95 @@
+"""`kjax compile`: will this config fit that pod? Ahead-of-time compilation of
+the train and eval steps for a TPU slice, from any machine (no TPU needed).
+
+    pip install 'kjax[tpu]'        # libtpu: describes and compiles for TPUs
+    kjax compile --config tpu_configs/v3_32.py --topology v3-32 [--fit-batch]
+    kjax compile --config tpu_configs/bert_base.py --topology v3-8 \\
+        --config.model.remat_policy=full --config.train.batch_size=256
+
+--topology: an accelerator type (v2-8, v3-8, v3-32, v3-128, v4-8, ...), a
+chip grid (v3:4x4) or `local` (this host's devices). Multi-host slices
+compile as their hosts would: the mesh, the batch layout and every check
+see the slice's process count. Prints per device: arguments, temporaries
+and peak against the chip's HBM, the compile time, a roofline step time
+and MFU bound (kjax/pretrain/aot.py); `--fit-batch` also searches the
+largest batch that compiles (a few more compiles). A step that does not
+fit is a one-line error naming what to change. How to read it: docs/TPU.md.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from kjax.cli.common import format_table
+
+
+def register(verbs, add_config) -> None:
+    p = verbs.add_parser("compile", help="compile the steps for a TPU slice you do not have: "
+                         "memory per device, whether it fits, largest batch, roofline")
+    add_config(p)
+    p.add_argument("--topology", required=True,
+                   help="v2-8, v3-8, v3-32, v4-8, ... (accelerator type), v3:4x4 (chip grid) "
+                   "or local (this host's devices)")
+    p.add_argument("--fit-batch", action="store_true",
+                   help="also find the largest global batch that compiles (≤ 4 more compiles)")
+    p.add_argument("--no-eval", action="store_true", help="compile the train step only")
+    p.add_argument("--no-roofline", action="store_true",
+                   help="skip the roofline (saves two small compiles for a scanned encoder)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=run_compile)
+
+
+def _gib(n) -> str:
+    return "—" if n is None else f"{n / (1 << 30):.2f}"
+
+
+def format_report(config_name: str, report: dict) -> str:
+    mesh = " × ".join(f"{k}={v}" for k, v in report["mesh"].items())
+    shards = report["mesh"]["data"] * report["mesh"]["fsdp"]
+    lines = [f"{config_name} on {report['topology']}, mesh {mesh}, batch "
+             f"{report['batch_size']} ({report['batch_size'] // shards} per batch shard)"]
+    rows = []
+    for name, s in report["steps"].items():
+        rows.append([name, f"{s.seconds:.0f}", _gib(s.arguments if s.fits else None),
+                     _gib(s.temporaries if s.fits else None), _gib(s.peak if s.fits else None),
+                     _gib(report["hbm_bytes"]), "yes" if s.fits else f"NO: {s.error}"])
+    lines.append(format_table(["step", "compile s", "arguments GiB", "temporaries GiB",
+                               "peak GiB", "HBM GiB", "fits"], rows))
+    if "fit" in report:
+        f = report["fit"]
+        beyond = (f"; {f['smallest_failing']} does not" if f["smallest_failing"]
+                  else "; the search stopped before a batch that does not fit")
+        lines.append(f"largest batch that compiles: {f['largest']} "
+                     f"({f['largest'] // shards} per batch shard){beyond}")
+    if r := report.get("roofline"):
+        lines.append(
+            f"roofline per device: {r['model_flops'] / 1e12:.3f} TFLOP (kjax's count) / "
+            f"{r['peak_flops'] / 1e12:g} TFLOP/s = {r['compute_s'] * 1e3:.1f} ms; "
+            f"{r['xla_bytes'] / 1e9:.2f} GB HBM traffic / {r['hbm_bytes_per_s'] / 1e9:g} GB/s "
+            f"= {r['memory_s'] * 1e3:.1f} ms → step ≥ {r['step_s'] * 1e3:.1f} ms "
+            f"({r['bound']}-bound), MFU ≤ {100 * r['mfu']:.0f} %, ≤ "
+            f"{r['tokens_per_s']:,.0f} tokens/s; XLA's FLOPs with every layer counted: "
+            f"{r['xla_flops'] / 1e12:.3f} T")
+    return "\n".join(lines)
+
+
+def to_json(report: dict) -> dict:
+    out = dict(report)
+    out["steps"] = {k: vars(s) for k, s in report["steps"].items()}
+    return out
+
+
+def run_compile(args, config) -> int:
+    from kjax.pretrain.aot import advice, check, not_fitting_error
+    steps = ("train",) if args.no_eval else ("train", "eval")
+    quiet = lambda *a, **k: None  # noqa: E731
+    progress = quiet if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    report = check(config, args.topology, steps, fit=args.fit_batch,
+                   cost=not args.no_roofline, progress=progress)
+    print(json.dumps(to_json(report), indent=2, default=str) if args.json
+          else format_report(args.config, report), flush=True)
+    for s in report["steps"].values():
+        if not s.fits:
+            largest = report.get("fit", {}).get("largest")
+            raise not_fitting_error(args.config, report["topology"], s, advice(config, s, largest))
+    return 0

@@ -1,0 +1,292 @@
+"""Ahead-of-time compilation of the train and eval steps for devices that
+are not here (`kjax compile`): a TPU slice described by libtpu
+(kjax/parallel/topology.py) or this host's own devices.
+
+Everything is abstract: the state is `abstract_state` (shapes and
+shardings, nothing initialised), the batch is the loader's shapes
+(kjax/batches/synthetic.py) split over the mesh's batch axes, and the mesh
+is the one `make_mesh` builds on the pod, so `check_mesh` and the batch
+layout run with the topology's process count (4 hosts for a v3-32). XLA
+compiles as it would on the pod and refuses a program that does not fit
+the chip's HBM (RESOURCE_EXHAUSTED): that verdict, not a projection, is
+what `fits` reports.
+
+Memory per device comes from the compiled program (`memory_analysis`):
+arguments (the sharded state and batch), temporaries, outputs not aliased
+to donated arguments. The roofline step time is the larger of kjax's FLOP
+count (kjax.train.step.flops_per_example) over the chip's peak and the
+compiled program's HBM bytes over its bandwidth. XLA's cost analysis counts
+a while loop's body once, so a scanned encoder (model.scan_layers) is
+costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same step with 1 and 2
+unrolled layers (two more compiles, each smaller than the step itself;
+the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+
+import jax
+
+from kjax.batches.synthetic import batch_shapes
+from kjax.errors import KjaxError
+from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
+
+GIB = 1 << 30
+OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds.*memory|out of memory", re.I)
+
+
+@dataclasses.dataclass
+class StepCompile:
+    """One compiled step on one device (bytes per device)."""
+    step: str                 # train | eval
+    batch_size: int           # global
+    seconds: float
+    fits: bool
+    arguments: int = 0
+    outputs: int = 0
+    aliased: int = 0
+    temporaries: int = 0
+    peak: int = 0
+    flops: float = 0.0        # XLA's cost analysis (a loop body counted once)
+    bytes_accessed: float = 0.0
+    error: str = ""           # XLA's verdict when it does not fit
+    same_as: str = ""         # a cached compile of the same program (compile_step's cache)
+
+
+def with_overrides(config, **keys):
+    """A copy of `config` with dotted keys changed ({"train.batch_size": 64})."""
+    c = config.copy_and_resolve_references()
+    for dotted, value in keys.items():
+        *sections, leaf = dotted.split(".")
+        node = c
+        for section in sections:
+            node = node[section]
+        node[leaf] = value
+    return c
+
+
+def lower(config, devices, step: str = "train"):
+    """The step for `config` on `devices`, traced and lowered against
+    abstract state and batch (nothing allocated, nothing run)."""
+    from kjax.train.state import abstract_state, make_model, make_optimizer
+    from kjax.train.step import make_eval_step, make_train_step
+    mesh = make_mesh(config, devices)
+    tx = make_optimizer(config.train)
+    train_model = make_model(config, deterministic=False)
+    state, shardings = abstract_state(config, mesh, train_model, tx)
+    sharding = batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+             for k, (shape, dtype) in batch_shapes(config, config.train.batch_size).items()}
+    if step == "train":
+        fn, args = make_train_step(config, mesh, train_model, tx, shardings), (state, batch)
+    else:
+        fn = make_eval_step(config, mesh, make_model(config, deterministic=True),
+                            shardings["params"])
+        args = (state["params"], batch)
+    with on_mesh(mesh, config):
+        return fn.jitted.lower(*args)
+
+
+def _cost(compiled) -> tuple[float, float]:
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+def compile_step(config, devices, step: str = "train", cache: dict | None = None) -> StepCompile:
+    """Compile one step; an out-of-memory verdict is a result (fits=False),
+    any other failure an error. With `cache`, a program already compiled for
+    the same devices (the same StableHLO: presets that differ only in data,
+    e.g. B's sign) is not compiled again: its result is returned, 0 s."""
+    start = time.perf_counter()
+    lowered = lower(config, devices, step)
+    key = None
+    if cache is not None:
+        import hashlib
+        key = (hashlib.sha256(lowered.as_text().encode()).hexdigest(), len(devices),
+               devices[0].device_kind, config.train.batch_size)
+        if key in cache:
+            return dataclasses.replace(cache[key], seconds=time.perf_counter() - start)
+    result = _compile(lowered, config, step, start)
+    if key is not None:
+        cache[key] = dataclasses.replace(result, same_as=config.get("name", "") or "?")
+    return result
+
+
+def _compile(lowered, config, step: str, start: float) -> StepCompile:
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 - XlaRuntimeError has no stable import path
+        text = " ".join(str(e).split())
+        if not OOM.search(text):
+            raise
+        return StepCompile(step, config.train.batch_size, time.perf_counter() - start, False,
+                           error=_oom_summary(text))
+    seconds = time.perf_counter() - start
+    m = compiled.memory_analysis()
+    peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            + m.temp_size_in_bytes)
+    flops, bytes_accessed = _cost(compiled)
+    return StepCompile(step, config.train.batch_size, seconds, True,
+                       m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
+                       m.temp_size_in_bytes, peak, flops, bytes_accessed)
+
+
+def _oom_summary(text: str) -> str:
+    """XLA's out-of-memory message, to the end of its first sentence (the one
+    that says how much: "... temporaries (40.53G) exceeds available HBM (15.48G)")."""
+    m = re.search(r"RESOURCE_EXHAUSTED:.*?\.(?=\s|$)", text)
+    return (m.group(0) if m else text)[:240].strip()
+
+
+def batch_shards(config, num_devices: int) -> int:
+    data, fsdp, _ = mesh_shape(config.mesh, num_devices)
+    return data * fsdp
+
+
+def fit_batch(config, devices, first: StepCompile, hbm_bytes: int, budget: int = 4,
+              progress=print) -> tuple[int, int | None, dict]:
+    """The largest global batch whose train step compiles (XLA's verdict),
+    searched in rows per batch shard with at most `budget` more compiles:
+    a line through two fitting sizes predicts the limit (peak is linear in
+    the batch), doubling finds a failing size, bisection closes the gap.
+    Returns (largest fitting global batch (0: none), smallest failing one
+    (None: none compiled), {global batch: StepCompile})."""
+    shards = batch_shards(config, len(devices))
+    procs = len({d.process_index for d in devices})
+    unit = shards * procs // _gcd(shards, procs)   # rows divisible by shards and processes
+    seen = {first.batch_size // unit: first}
+    for _ in range(budget):
+        fit = sorted(r for r, s in seen.items() if s.fits)
+        fail = sorted(r for r, s in seen.items() if not s.fits)
+        lo, hi = (fit[-1] if fit else 0), (fail[0] if fail else None)
+        if hi is not None:          # bracketed: bisect (none below 1 row)
+            guess = (lo + hi) // 2 if lo else hi // 2
+            if guess <= lo or guess < 1:
+                break
+        elif len(fit) >= 2:         # the line through the two largest fitting sizes
+            (r1, s1), (r2, s2) = [(r, seen[r]) for r in fit[-2:]]
+            per = (s2.peak - s1.peak) / (r2 - r1)
+            guess = max(r2 + 1, int(r2 + (hbm_bytes - s2.peak) // per)) if per > 0 else 2 * r2
+        else:
+            guess = 2 * lo
+        c = with_overrides(config, **{"train.batch_size": guess * unit})
+        s = seen[guess] = compile_step(c, devices)
+        progress(f"  batch {guess * unit}: " + (f"fits, peak {s.peak / GIB:.2f} GiB"
+                                                 if s.fits else "does not fit")
+                 + f" ({s.seconds:.0f} s)")
+    fit = [r for r, s in seen.items() if s.fits]
+    fail = [r for r, s in seen.items() if not s.fits]
+    return (max(fit) * unit if fit else 0, min(fail) * unit if fail else None,
+            {r * unit: s for r, s in seen.items()})
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
+    """(FLOPs, HBM bytes) per device of one train step with every layer
+    counted, and the seconds the extra compiles took (0: none needed)."""
+    m = config.model
+    if m.get("arch", "bert") != "bert" or not m.scan_layers or m.num_layers < 2:
+        return scanned.flops, scanned.bytes_accessed, 0.0
+    one, two = (compile_step(with_overrides(config, **{"model.num_layers": n,
+                                                       "model.scan_layers": False}), devices)
+                for n in (1, 2))
+    seconds = one.seconds + two.seconds
+    if not (one.fits and two.fits):
+        return scanned.flops, scanned.bytes_accessed, seconds
+    more = m.num_layers - 1   # a layer: forward, backward and its AdamW update
+    return (one.flops + more * (two.flops - one.flops),
+            one.bytes_accessed + more * (two.bytes_accessed - one.bytes_accessed), seconds)
+
+
+def roofline(config, num_devices: int, peak_flops: float, hbm_bytes_per_s: float,
+             xla_bytes: float) -> dict:
+    """Step time bounds per device and the MFU they allow (kjax's FLOPs)."""
+    from kjax.train.step import flops_per_example
+    d = config.data
+    flops = flops_per_example(config.model, d.max_seq_len, d.max_predictions_per_seq) \
+        * config.train.batch_size / num_devices
+    compute, memory = flops / peak_flops, xla_bytes / hbm_bytes_per_s
+    step = max(compute, memory)
+    return {"model_flops": flops, "compute_s": compute, "memory_s": memory, "step_s": step,
+            "bound": "compute" if compute >= memory else "memory",
+            "mfu": flops / (step * peak_flops) if step else 0.0,
+            "tokens_per_s": config.train.batch_size * d.max_seq_len / step if step else 0.0}
+
+
+def advice(config, step: StepCompile, largest: int | None = None) -> str:
+    """What to change when a step does not fit (one clause each)."""
+    m, tips = config.model, []
+    if largest:
+        tips.append(f"--config.train.batch_size={largest} (the largest that compiles)")
+    else:
+        tips.append("a smaller --config.train.batch_size (`--fit-batch` finds the largest)")
+    if m.remat_policy in ("none", "everything_saveable", "dots_saveable"):
+        tips.append("--config.model.remat_policy=dots_with_no_batch_dims_saveable (or full)")
+    elif m.remat_policy != "full":
+        tips.append("--config.model.remat_policy=full")
+    if config.mesh.fsdp == 1:
+        tips.append("--config.mesh.fsdp=-1 --config.mesh.data=1 (shards params and Adam state)")
+    return "; or ".join(tips)
+
+
+def not_fitting_error(config_name: str, where: str, step: StepCompile, advice_text: str):
+    return KjaxError(f"{config_name} does not fit {where}: the {step.step} step at batch "
+                     f"{step.batch_size} ({step.error or 'out of memory'}); use "
+                     f"{advice_text}")
+
+
+def target_devices(topology_text: str):
+    """(devices, description, HBM bytes per device | None, peak FLOP/s per
+    device | None, HBM bytes/s per device | None) for `--topology`: a TPU
+    slice (libtpu) or `local` (this host's devices, e.g. the 8 CPU devices
+    of the tests: the same code path, no memory limit)."""
+    if topology_text.strip().lower() == "local":
+        devices = jax.devices()
+        hosts = len({d.process_index for d in devices})
+        return (devices, f"local: {len(devices)}× {devices[0].device_kind} on {hosts} "
+                f"process(es)", None, None, None)
+    from kjax.parallel.topology import parse_topology, topology_devices
+    from kjax.train.metrics import DATASHEET_PEAKS
+    topo = parse_topology(topology_text)
+    devices = topology_devices(topo)
+    hosts = len({d.process_index for d in devices})
+    return (devices, f"{topo.accelerator} ({topo.name}: {len(devices)} devices on {hosts} "
+            f"host(s))", topo.chip.hbm_bytes, DATASHEET_PEAKS[f"TPU {topo.generation}"],
+            topo.chip.hbm_bytes_per_s)
+
+
+def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False,
+          cost: bool = True, progress=print, cache: dict | None = None) -> dict:
+    """Compile `steps` for the topology; the report `kjax compile` prints."""
+    devices, where, hbm, peak, bandwidth = target_devices(topology_text)
+    report = {"topology": where, "devices": len(devices),
+              "hosts": len({d.process_index for d in devices}),
+              "mesh": dict(zip(("data", "fsdp", "tensor"), mesh_shape(config.mesh, len(devices)))),
+              "batch_size": config.train.batch_size, "hbm_bytes": hbm, "steps": {}}
+    for step in steps:
+        progress(f"compiling the {step} step for {where} ...")
+        report["steps"][step] = compile_step(config, devices, step, cache)
+    train = report["steps"].get("train")
+    if train is not None and fit and hbm:
+        progress("searching the largest batch that compiles ...")
+        largest, failing, seen = fit_batch(config, devices, train, hbm, progress=progress)
+        report["fit"] = {"largest": largest, "smallest_failing": failing,
+                         "compiles": {b: s.peak if s.fits else None for b, s in seen.items()}}
+    if train is not None and train.fits and cost and peak:
+        progress("costing every layer of the scanned encoder (1- and 2-layer compiles) ...")
+        flops, bytes_accessed, seconds = loop_counted_cost(config, devices, train)
+        report["roofline"] = {**roofline(config, len(devices), peak, bandwidth, bytes_accessed),
+                              "xla_flops": flops, "xla_bytes": bytes_accessed,
+                              "peak_flops": peak, "hbm_bytes_per_s": bandwidth,
+                              "cost_compile_s": seconds}
+    return report
