@@ -156,7 +156,7 @@ class Encoder(nn.Module):
             stack = nn.scan(block, variable_axes={"params": 0},
                             split_rngs={"params": True, "dropout": True},
                             in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
-                            length=cfg.num_layers,
+                            length=cfg.num_layers, unroll=cfg.scan_unroll or cfg.num_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"})
             return stack(cfg, self.deterministic, self.return_analysis,
                          name="layers")(x, attention_mask, shake, bf, segment_ids)
