@@ -19,8 +19,8 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
     before = open(os.path.join(ROOT, "docs", "PERFORMANCE.md"), encoding="utf-8").read()
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "accelerator.py"),
                            "--tiny", "--parts", "abcde", "--out", str(tmp_path / "out"),
-                           "--no-record", "--budget", "400"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+                           "--no-record", "--budget", "1000"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=1100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = open(tmp_path / "out" / "accelerator.md", encoding="utf-8").read()
     assert open(os.path.join(ROOT, "docs", "PERFORMANCE.md"), encoding="utf-8").read() == before
@@ -29,16 +29,15 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
     # (a): the HF Flax peer is not in this environment: said, not failed
     assert re.search(r"#### \(a\).*\n\nnot run: .*no transformers 4\.57", text)
     # (b)-(d): a row per variant with compile, first step, step time, tokens/s, MFU
-    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+) \| ([\d.]+) \| (yes|NO) \| ([\d.]+) \| (\d+) \| "
+    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+|–) \| ([\d.]+) \| (yes|NO) \| ([\d.]+) \| (\d+) \| "
                       r"([\d.]+%|–) \|", text, re.M)
     names = [r[0] for r in rows]
     assert any(n.startswith("preset (dropout") for n in names)
-    assert any("attention_logits=float32" in n for n in names)
     assert any("scan_unroll=0 + dropout_rng=rbg" in n for n in names)
     assert any(n.startswith("torch ") and "eager" in n for n in names)
     assert all(float(r[4]) > 0 and int(r[5]) > 0 for r in rows)
     assert "not reached" not in text and "cut off" not in text
-    assert "flash variants not run" in text and "torch.compile not run" in text
+    assert "--tiny: two variants" in text and "torch.compile not run" in text
     assert "kjax (auto (cuDNN on GPU)) / PyTorch eager tokens/s" in text
     # (e): attention.py's timing table
     assert re.search(r"#### \(e\)[\s\S]*\| xla \|", text)
