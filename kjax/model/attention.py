@@ -13,7 +13,9 @@ costs nothing extra and is bit-identical. With `return_analysis` the layer
 also returns α and f(x) per head, which the norm-based analysis
 (‖α_ij f(x_j)‖) needs.
 
-The lines above run as written on the explicit ("xla") path, the reference;
+The lines above run as written on the explicit ("xla") path, the reference
+(in a bf16 model its [b, h, q, k] arrays are held in bf16 and the softmax
+sums in fp32: `model.attention_logits`, `explicit_attention`);
 `model.attention_impl` may send a call to a fused implementation instead
 (jax.nn.dot_product_attention, or the Pallas kernel with Eq. 1 inside):
 kjax/model/attention_core.py says which runs when.
