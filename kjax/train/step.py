@@ -42,7 +42,7 @@ def dropout_key(state_rng, step, generator: str = "threefry"):
         return key
     if generator != "rbg":
         raise ValueError(f"train.dropout_rng={generator!r}; choose threefry or rbg")
-    return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl="rbg")
+    return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), dtype="rbg")
 
 
 def make_train_step(config, mesh, train_model, tx, shardings):
