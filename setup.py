@@ -55,6 +55,9 @@ setup(
     extras_require={
         "torch": ["torch>=2.4,<3", "transformers>=5,<6"],
         "tpu": ["jax[tpu]>=0.10,<0.13"],
+        # NVIDIA GPUs: JAX's CUDA 13 plugin with the CUDA and cuDNN wheels (needs a
+        # driver for CUDA 13, >= 580; docs/GPU.md). CUDA 12 drivers: jax[cuda12].
+        "cuda": ["jax[cuda13]>=0.10,<0.13"],
         "tfds": ["tensorflow-datasets>=4.9,<5", "tensorflow-cpu>=2.16,<3"],
         "beam": ["apache-beam>=2.60,<3"],
         # The tests exercise every extra but [tpu]: install torch==2.13.0 first

@@ -108,26 +108,36 @@ def run_arch(args):
                    args.no_record)
 
 
-def torch_step(enc, batch, lr):
+def torch_step(enc, batch, lr, device: str = "cpu", bf16: bool = False, compile: bool = False):
     """transformers' ModernBertForMaskedLM training step on the same batch:
-    sparse prediction (logits at the masked positions, as kjax), AdamW, clip 1."""
+    sparse prediction (logits at the masked positions, as kjax), AdamW, clip 1.
+    On a GPU (benchmarks/accelerator.py): fp32 weights with bf16 autocast (the
+    PyTorch user's mixed precision), fused AdamW, optionally torch.compile."""
+    import contextlib
+
     import torch
     from transformers import ModernBertForMaskedLM
 
     from kjax.export.modernbert_export import modernbert_config
-    model = ModernBertForMaskedLM(modernbert_config(enc)).train()
+    model = ModernBertForMaskedLM(modernbert_config(enc)).to(device).train()
     model.config.sparse_prediction = True
     model.sparse_prediction = True
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, eps=1e-6)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, eps=1e-6,
+                            fused=device == "cuda")
+    forward = torch.compile(model) if compile else model
     ids = torch.as_tensor(batch["input_ids"], dtype=torch.long)
     mask = torch.as_tensor(batch["attention_mask"], dtype=torch.long)
     labels = torch.full_like(ids, -100)
     rows = torch.arange(ids.shape[0])[:, None].expand(-1, batch["mlm_positions"].shape[1])
     labels[rows, torch.as_tensor(batch["mlm_positions"], dtype=torch.long)] = \
         torch.as_tensor(batch["mlm_ids"], dtype=torch.long)
+    ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
+    autocast = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if bf16 else \
+        contextlib.nullcontext
 
     def step():
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        with autocast():
+            loss = forward(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -135,18 +135,25 @@ def main():
     peer.close()
     tokens = args.batch * args.seq
     med = {k: statistics.median(v) for k, v in times.items()}
+    # MFU of both sides counts the same useful work (kjax's FLOPs: MLM logits at
+    # the masked positions only; the peer computes them everywhere, uncounted).
+    from kjax.train.metrics import peak_flops
+    from kjax.train.step import flops_per_example
+    flops = flops_per_example(m, args.seq, config.data.max_predictions_per_seq) * args.batch
+    peak = peak_flops(config)[0]
+    mfu = {k: flops / t / peak for k, t in med.items()}
     ratios = [p / k for k, p in zip(times["kjax"], times["peer"])]
     v = peer.ready["versions"]
     table = "\n".join([
         "| side | versions | shape | dtype | seq | batch | compile s | step ms (median) "
-        "| tokens/s | first loss |", "|---|---|---|---|---|---|---|---|---|---|",
+        "| tokens/s | MFU | first loss |", "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| kjax | jax {jax.__version__} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
         f"| {mine.ready['ready']:.1f} | {1000 * med['kjax']:.0f} | {tokens / med['kjax']:.0f} "
-        f"| {mine.ready['loss']:.3f} |",
+        f"| {mfu['kjax']:.1%} | {mine.ready['loss']:.3f} |",
         f"| HF FlaxBertForPreTraining | transformers {v['transformers']}, jax {v['jax']}, "
         f"flax {v['flax']} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
         f"| {peer.ready['ready']:.1f} | {1000 * med['peer']:.0f} | {tokens / med['peer']:.0f} "
-        f"| {peer.ready['loss']:.3f} |"])
+        f"| {mfu['peer']:.1%} | {peer.ready['loss']:.3f} |"])
     target = 1.5 if args.shape == "uknow_small" else 1.2
     ratio = med["peer"] / med["kjax"]
     notes = (f"kjax/peer tokens/s = **{ratio:.2f}×** (per-round {min(ratios):.2f}–"

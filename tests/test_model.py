@@ -158,3 +158,21 @@ def test_bf16_compute_keeps_fp32_params():
     out = model.apply({"params": params}, *args)
     assert out["hidden"].dtype == jnp.bfloat16
     assert out["mlm_logits"].dtype == jnp.float32
+
+
+def test_scan_unroll_keeps_layout_numbers_and_dropout_masks():
+    """model.scan_unroll changes how the scanned stack compiles, nothing else:
+    the same stacked parameter tree (checkpoints restore across values), the
+    same outputs, and — training — the same per-layer dropout masks."""
+    args = inputs()
+    base = EncoderConfig(**{**CFG, "num_layers": 3})
+    _, params = init(base, *args)
+    for unroll in (0,):
+        cfg = EncoderConfig(**{**CFG, "num_layers": 3}, scan_unroll=unroll)
+        _, other = init(cfg, *args)
+        assert jax.tree.map(np.shape, other) == jax.tree.map(np.shape, params)
+        for deterministic in (True, False):
+            a, b = (jax.jit(lambda p, c=c: BertForPreTraining(c, deterministic=deterministic)
+                            .apply({"params": p}, *args, rngs={"dropout": jax.random.key(5)})
+                            ["hidden"])(params) for c in (base, cfg))
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

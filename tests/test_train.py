@@ -60,8 +60,11 @@ def final_params(config, workdir):
     return jax.device_get(state), data
 
 
-def test_kill_and_resume_is_bit_exact(prepared, tmp_path):
-    config = tiny_config(prepared)
+@pytest.mark.parametrize("generator", ["threefry", pytest.param("rbg", marks=pytest.mark.slow)])
+def test_kill_and_resume_is_bit_exact(prepared, tmp_path, generator):
+    """For either dropout generator (train.dropout_rng): its key is a function
+    of (seed, step), never of what ran before."""
+    config = tiny_config(prepared, **{"train.dropout_rng": generator})
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     train(config, straight, progress=False)
     first = train(config, resumed, progress=False, stop_at=3)
@@ -157,3 +160,31 @@ def test_remote_workdir_logs_through_a_local_mirror(prepared, tmp_path, monkeypa
     assert (pushed["sessions"], pushed["restarts"]) == (2, 1)
     steps = [json.loads(line)["step"] for line in open(f"{workdir}/logs/metrics.jsonl")]
     assert 2 in steps and 4 in steps                     # the history of both sessions
+
+
+def test_dropout_masks_are_a_function_of_seed_and_step(prepared):
+    """The model's dropout (hidden and attention, inside the layer scan) under
+    either generator: the same (seed, step) gives the same output, another step
+    or seed or generator another one."""
+    from kjax.train.state import dummy_inputs
+    from kjax.train.step import dropout_key
+    config = tiny_config(prepared, **{"model.attention_dropout_rate": 0.3})
+    model = make_model(config, deterministic=False)
+    args, kwargs = dummy_inputs(config, batch_size=2)
+    params = make_model(config, deterministic=True).init(jax.random.key(0), *args, **kwargs)
+
+    hidden = jax.jit(lambda rng: model.apply(params, *args, rngs={"dropout": rng},
+                                             **kwargs)["hidden"])
+
+    def out(seed, step, generator):
+        state_rng = jax.random.key_data(jax.random.key(seed))
+        return np.asarray(hidden(dropout_key(state_rng, step, generator)))
+
+    for generator in ("threefry", "rbg"):
+        first = out(7, 3, generator)
+        assert np.array_equal(first, out(7, 3, generator))
+        assert not np.allclose(first, out(7, 4, generator))
+        assert not np.allclose(first, out(8, 3, generator))
+    assert not np.allclose(out(7, 3, "threefry"), out(7, 3, "rbg"))
+    key = dropout_key(jax.random.key_data(jax.random.key(7)), 3, "rbg")
+    assert "rbg" in str(key.dtype) and jax.random.key_data(key).shape == (4,)

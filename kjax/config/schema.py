@@ -139,11 +139,18 @@ MODEL = {
     "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
     "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
     "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth"),
+    "scan_unroll": at_least(0, 1, "layers per iteration of the scanned loop (scan_layers): the "
+                            "parameter layout stays stacked, so any value restores the same "
+                            "checkpoint; 0: all layers (no loop left, as unrolled layers run)"),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
                           "dot_product (jax.nn.dot_product_attention) or flash (Pallas, Eq. 1 "
                           "inside; kjax/model/attention_core.py)", choices=ATTENTION_IMPLS),
+    "attention_logits": Key("compute", "explicit attention path: dtype in which the [b, h, q, k] "
+                            "logits, α and attention dropout are held: compute (model.dtype; "
+                            "the softmax sums in fp32) or float32 (every one fp32, as before "
+                            "2026-11)", choices=("compute", "float32")),
     "rope_theta": positive(160_000.0, "modern: RoPE base of the global-attention layers"),
     "local_rope_theta": positive(10_000.0, "modern: RoPE base of the local-attention layers"),
     "local_attention": at_least(0, 128, "modern: window of the local layers (a query sees keys "
@@ -239,6 +246,11 @@ TRAIN = {
     "mlm_loss": Key("ce", "MLM loss: ce (one target per position) or eq9 | bce | summed_ce "
                     "(several; kjax/objectives/mlm.py)"),
     "seed": at_least(0, 0, "seed of parameters and dropout"),
+    "dropout_rng": Key("threefry", "bit generator of the dropout masks, seeded from (seed, step) "
+                       "either way, so a resumed run is bit-exact: threefry (the same bits on "
+                       "every platform and sharding) or rbg (XLA's RngBitGenerator: Philox on "
+                       "GPU, the hardware generator on TPU; bits differ between platforms)",
+                       choices=("threefry", "rbg")),
     "log_every": at_least(1, 100, "steps between logged metrics"),
     "eval_every": at_least(0, 5000, "steps between held-out evaluations (0: never)"),
     "eval_batches": at_least(0, 20, "batches per evaluation (0: all)"),

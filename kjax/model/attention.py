@@ -13,7 +13,9 @@ costs nothing extra and is bit-identical. With `return_analysis` the layer
 also returns α and f(x) per head, which the norm-based analysis
 (‖α_ij f(x_j)‖) needs.
 
-The lines above run as written on the explicit ("xla") path, the reference;
+The lines above run as written on the explicit ("xla") path, the reference
+(in a bf16 model its [b, h, q, k] arrays are held in bf16 and the softmax
+sums in fp32: `model.attention_logits`, `explicit_attention`);
 `model.attention_impl` may send a call to a fused implementation instead
 (jax.nn.dot_product_attention, or the Pallas kernel with Eq. 1 inside):
 kjax/model/attention_core.py says which runs when.
@@ -26,6 +28,7 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from kjax.model.attention_core import (MASK_VALUE, choose_impl, dense_shake, fused_attention,
                                        logits_mask)
@@ -41,17 +44,63 @@ def shake_scores(scores: jax.Array, shake: jax.Array, bf: jax.Array) -> jax.Arra
 
 
 def explicit_attention(q, k, v, attention_mask, *, segment_ids=None, local_window=None,
-                       shake=None, bf=None, dropout=None):
+                       shake=None, bf=None, dropout=None, logits_dtype=jnp.float32):
     """The module doc's lines as written: (context [b, s, h, d], α [b, h, q, k]).
-    q is already scaled; `dropout` (α → α) is applied to α before α·V."""
-    # Logits in fp32: the softmax (and Eq. 1's |score|) are precision-sensitive.
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-    if shake is not None:
-        scores = shake_scores(scores, dense_shake(shake, scores.shape[-1]), bf)
-    scores = jnp.where(logits_mask(attention_mask, segment_ids, local_window), scores, MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1)
+    q is already scaled; `dropout` (α → α) is applied to α before α·V.
+
+    `logits_dtype` is the dtype the [b, h, q, k] arrays are held in: float32
+    (the reference; α for the analysis) or q's dtype (training in bf16), where
+    Eq. 1, the mask and the softmax still compute in fp32 inside one function
+    (`low_precision_softmax`) and only its bf16 input and output are stored."""
+    mask = logits_mask(attention_mask, segment_ids, local_window)
+    shake = None if shake is None else dense_shake(shake, k.shape[1])
+    if jnp.dtype(logits_dtype) == jnp.float32:
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+        if shake is not None:
+            scores = shake_scores(scores, shake, bf)
+        probs = jax.nn.softmax(jnp.where(mask, scores, MASK_VALUE), axis=-1)
+    else:
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=logits_dtype)
+        probs = low_precision_softmax(scores, mask, shake, bf)
     dropped = probs if dropout is None else dropout(probs)
     return jnp.einsum("bhqk,bkhd->bqhd", dropped.astype(q.dtype), v), probs
+
+
+@jax.custom_vjp
+def low_precision_softmax(scores, mask, shake, bf):
+    """softmax(Eq. 1(scores) where mask) in fp32, returned in scores' dtype.
+
+    Why a custom VJP: autodiff of `softmax(x.astype(f32)).astype(bf16)` keeps
+    the fp32 softmax output [b, h, q, k] alive for the backward pass (4 bytes
+    an entry, written once and read back). Here the backward reads the bf16 α
+    (and, with Eq. 1, the bf16 logits for sign(s)) and recomputes in fp32:
+        dx = α ⊙ (g − Σ_k g ⊙ α),   ds = dx ⊙ (1 + bf · B · sign(s))   (Eq. 1)."""
+    return _lp_softmax_fwd(scores, mask, shake, bf)[0]
+
+
+def _lp_softmax_fwd(scores, mask, shake, bf):
+    x = scores.astype(jnp.float32)
+    if shake is not None:
+        x = shake_scores(x, shake, bf)
+    probs = jax.nn.softmax(jnp.where(mask, x, MASK_VALUE), axis=-1).astype(scores.dtype)
+    return probs, (probs, None if shake is None else scores, mask, shake, bf)
+
+
+def _lp_softmax_bwd(residuals, g):
+    probs, scores, mask, shake, bf = residuals
+    p, g = probs.astype(jnp.float32), g.astype(jnp.float32)
+    # masked logits get none (where's gradient), also in rows with no key at all
+    dx = jnp.where(mask, p * (g - jnp.sum(g * p, axis=-1, keepdims=True)), 0.0)
+    if shake is not None:   # d|s·B|/ds = B·sign(s) for B ≥ 0, jnp.abs's sign(0) = +1
+        b = shake.astype(jnp.float32)[:, None, :, :]
+        dx = dx * (1.0 + bf * b * jnp.where(scores >= 0, 1.0, -1.0))
+    no_grad = lambda x: None if x is None else (  # noqa: E731  masks, B, bf: data, no gradient
+        jnp.zeros_like(x) if jnp.issubdtype(x.dtype, jnp.inexact)
+        else np.zeros(x.shape, jax.dtypes.float0))
+    return dx.astype(probs.dtype), no_grad(mask), no_grad(shake), no_grad(bf)
+
+
+low_precision_softmax.defvjp(_lp_softmax_fwd, _lp_softmax_bwd)
 
 
 class HeadProjection(nn.Module):
@@ -109,8 +158,11 @@ class SelfAttention(nn.Module):
         else:
             dropout = functools.partial(nn.Dropout(cfg.attention_dropout_rate),
                                         deterministic=self.deterministic)
+            # α for the analysis stays fp32 whatever the setting (norms of α·f(x)).
+            low = cfg.attention_logits == "compute" and not self.return_analysis
             context, probs = explicit_attention(q, k, v, attention_mask, **masks, shake=shake,
-                                                bf=bf, dropout=dropout)
+                                                bf=bf, dropout=dropout,
+                                                logits_dtype=q.dtype if low else jnp.float32)
         out_proj = HeadProjection(cfg, merge=True, name="out")
         y = out_proj(context)
         if not self.return_analysis:

@@ -36,8 +36,10 @@ class EncoderConfig:
     dtype: str = "bfloat16"
     param_dtype: str = "float32"
     scan_layers: bool = True
+    scan_unroll: int = 1               # layers per scanned iteration; 0: all (no loop)
     remat_policy: str = "none"
     attention_impl: str = "auto"       # kjax/model/attention_core.py
+    attention_logits: str = "compute"  # explicit path: [b, h, q, k] in compute dtype or float32
     # modern only (ModernBERT): RoPE bases, local window, global-layer period.
     rope_theta: float = 160_000.0
     local_rope_theta: float = 10_000.0

@@ -153,10 +153,14 @@ class Encoder(nn.Module):
                              prevent_cse=not cfg.scan_layers)
         bf = jnp.asarray(cfg.shake_factor or (0.0,) * cfg.num_layers, jnp.float32)
         if cfg.scan_layers:
+            # scan_unroll: layers per loop iteration (0: all, no loop). The loop
+            # keeps compile time flat in depth; unrolling it lets XLA fuse across
+            # layers and drop the stacked-residual copies (what scan_layers=False
+            # gains on GPU) while the parameters stay stacked: same checkpoints.
             stack = nn.scan(block, variable_axes={"params": 0},
                             split_rngs={"params": True, "dropout": True},
                             in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
-                            length=cfg.num_layers,
+                            length=cfg.num_layers, unroll=cfg.scan_unroll or cfg.num_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"})
             return stack(cfg, self.deterministic, self.return_analysis,
                          name="layers")(x, attention_mask, shake, bf, segment_ids)

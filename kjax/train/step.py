@@ -5,6 +5,7 @@
 
 Dropout randomness is `fold_in(rng, step)`: a function of the step alone,
 which is what makes a resumed run bit-identical to an uninterrupted one.
+`train.dropout_rng` picks the generator that key seeds (`dropout_key`).
 """
 from __future__ import annotations
 
@@ -28,11 +29,28 @@ def _forward(model, params, batch, rngs=None):
     return model.apply({"params": params}, rngs=rngs, **kwargs)
 
 
+def dropout_key(state_rng, step, generator: str = "threefry"):
+    """The dropout key of one step: a pure function of the state's seed key and
+    the step, for either generator, so resume stays bit-exact.
+
+    threefry: fold_in(seed key, step), as ever. rbg: four words drawn from that
+    same threefry key seed an RBG key (XLA's RngBitGenerator makes the mask
+    bits; split and fold_in stay threefry). The state keeps its threefry key
+    data either way: checkpoints do not change layout."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(state_rng), step)
+    if generator == "threefry":
+        return key
+    if generator != "rbg":
+        raise ValueError(f"train.dropout_rng={generator!r}; choose threefry or rbg")
+    return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), dtype="rbg")
+
+
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
+    generator = config.train.dropout_rng
 
     def train_step(state, batch):
-        rng = jax.random.fold_in(jax.random.wrap_key_data(state["rng"]), state["step"])
+        rng = dropout_key(state["rng"], state["step"], generator)
 
         def loss_fn(params):
             outputs = _forward(train_model, params, batch, rngs={"dropout": rng})

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The accelerator benchmark (benchmarks/accelerator.py, issue 24) on a fresh
+# CUDA machine where nothing can be installed from a registry: kjax's missing
+# pure-Python wheels and the HF Flax peer's come along in .whl/ (made here by
+# `bash benchmarks/accelerator.sh --fetch` on a machine with network), are
+# installed with --no-deps --target into /tmp, and the parts run within 8
+# minutes. benchmarks/device_run.md has the one `run` call.
+#
+#   bash benchmarks/accelerator.sh --fetch      # here: download the wheels into .whl/
+#   bash benchmarks/accelerator.sh [ARGS]       # there: install them, run every part
+#
+# Results: $OUT/accelerator.md (and part logs); append it to docs/PERFORMANCE.md
+# here with `python benchmarks/accelerator.py --append FILE`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHEELS=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+        --platform manylinux2014_x86_64)
+if [[ "${1:-}" == "--fetch" ]]; then
+  python3 -m pip download -q "${WHEELS[@]}" -d .whl/kjax \
+    flax==0.12.8 ml_collections==1.1.0 optax==0.2.8
+  python3 -m pip download -q "${WHEELS[@]}" -d .whl/peer \
+    transformers==4.57.6 huggingface_hub==0.36.2 tokenizers==0.22.2
+  ls .whl/kjax .whl/peer
+  exit 0
+fi
+OUT=${OUT:-runs/accelerator}
+SITE=/tmp/kjax_site
+PEER=/tmp/kjax_peer
+mkdir -p "$OUT"
+if compgen -G ".whl/kjax/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/kjax/*.whl
+fi
+PEER_ARGS=()
+if compgen -G ".whl/peer/*.whl" >/dev/null; then
+  # transformers 4.57 (the last with Flax) shadows the image's 5.x in the peer's
+  # process only: its bin/python puts the peer folder first.
+  python3 -m pip install -q --no-index --no-deps --target "$PEER/site" .whl/peer/*.whl
+  mkdir -p "$PEER/bin"
+  printf '#!/bin/sh\nPYTHONPATH=%s:%s exec python3 "$@"\n' "$PEER/site" "$SITE" >"$PEER/bin/python"
+  chmod +x "$PEER/bin/python"
+  PEER_ARGS=(--peer-venv "$PEER")
+fi
+export PYTHONPATH="$SITE:$PWD" XLA_PYTHON_CLIENT_PREALLOCATE=false
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+timeout 475 python3 benchmarks/accelerator.py --out "$OUT" --no-record "${PEER_ARGS[@]}" "$@"
