@@ -153,3 +153,28 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     met, back_at = run.saw("is unreachable"), run.saw("is reachable again")
     print(f"\nshort outage ridden out (waited {back_at - met:.1f} s); long outage: exit {STORE_EXIT} after "
           f"{stopped_after:.1f} s (limit {LIMIT} s); resumed from step {named}")
+
+
+def test_eval_export_prepare_end_in_one_line_when_the_store_is_away(prepared, tmp_path):
+    """The other verbs on a gs:// store that does not answer (a port nobody
+    listens on): one `kjax: error:` line naming the store, exit 75, no
+    traceback, after KJAX_STORE_OUTAGE_LIMIT (1 s here)."""
+    url = f"http://127.0.0.1:{gcs._free_port()}"
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
+           "KJAX_STORE_OUTAGE_LIMIT": "1", "PYTHONPATH": ROOT}
+    work = f"gs://{gcs.BUCKET}/away"
+    verbs = {"eval": ["eval", "--workdir", work],
+             "export": ["export", "--workdir", work, "--out", str(tmp_path / "out")],
+             "prepare": ["prepare", "--config", DEMO_CONFIG,
+                         *tiny_overrides(str(prepared), **{"data.dir": f"{work}/examples"})]}
+    procs = {verb: subprocess.Popen([sys.executable, "-m", "kjax.cli", *argv], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=str(tmp_path)) for verb, argv in verbs.items()}
+    for verb, p in procs.items():
+        out, err = p.communicate(timeout=WAIT)
+        said = [line for line in err.splitlines() if line.startswith("kjax:")]
+        assert p.returncode == STORE_EXIT, (verb, p.returncode, err[-2000:])
+        assert "Traceback" not in err, (verb, err[-2000:])
+        (error,) = [line for line in said if line.startswith("kjax: error:")]
+        assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for "), error
+        assert said[0].startswith(f"kjax: warning: gs://{gcs.BUCKET} is unreachable"), said
