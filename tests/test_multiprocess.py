@@ -24,7 +24,7 @@ from test_train import TIMING, final_params
 STEPS = 24
 EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 10, "train.learning_rate": 3e-3,
          "train.warmup_steps": 4}
-TIMEOUT = 300  # seconds per two-process run; a hang (a lost collective) fails, not blocks
+TIMEOUT = 600  # seconds per two-process run (a loaded 2-core CI VM); a hang fails, not blocks
 PEER_TIMEOUT = 15  # KJAX_PEER_TIMEOUT: a silent process stops the others after this
 
 
@@ -192,7 +192,7 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
         finish(procs, time.monotonic() + 10)
     out = logs(logdir, "killed")[0]
     assert code == PEER_LOST_EXIT, f"{code}:\n{out[-3000:]}"
-    assert PEER_TIMEOUT - 3 <= stopped_after < PEER_TIMEOUT + 30, stopped_after
+    assert PEER_TIMEOUT - 3 <= stopped_after < PEER_TIMEOUT + 60, stopped_after
     (line,) = [x for x in out.splitlines() if x.startswith("kjax: error:")]
     assert line.startswith("kjax: error: process 1 of 2 stopped responding (no sign of life for ")
     assert "Restart all 2 processes with the same command" in line

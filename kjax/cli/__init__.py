@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = run(sys.argv[1:] if argv is None else argv)
         except Exception as e:  # noqa: BLE001 - an outage past the limit, wrapped by a library
+            if not isinstance(e, KjaxError):   # a lost process: its line, exit 69 (no return)
+                from kjax.parallel import watchdog
+                watchdog.explain(e)
             unreachable = unreachable_in(e)
             if unreachable is None:
                 raise

@@ -36,6 +36,8 @@ TIMEOUT_ENV = "KJAX_PEER_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
 PEER_LOST_EXIT = 69   # EX_UNAVAILABLE (sysexits.h): a service (here: a peer) is gone
 KEYS = "kjax_alive/"
+_REPORTED = threading.Lock()
+_running: list = []   # this process's watchdog, once started
 DONE = "done"
 
 
@@ -89,9 +91,26 @@ class Watchdog(threading.Thread):
                 elif now - moved[i] > self.timeout:
                     self._lost(i, f"no sign of life for {now - moved[i]:.0f} s")
 
+    def _values(self) -> dict[str, str]:
+        return {k.rsplit("/", 1)[-1]: v for k, v in self.client.key_value_dir_get(KEYS)}
+
+    def silent_peer(self) -> int | None:
+        """A peer whose counter does not move over three intervals (0 when the
+        coordinator does not answer), or None: asked when a collective failed."""
+        try:
+            before = self._values()
+            time.sleep(3 * self.interval)
+            after = self._values()
+        except Exception:  # noqa: BLE001
+            return 0
+        return next((i for i in range(self.count) if i != self.index and
+                     after.get(str(i)) != DONE and before.get(str(i)) == after.get(str(i))), None)
+
     def _lost(self, peer: int, why: str) -> None:
-        if self.stopped.is_set():
-            return
+        with _REPORTED:   # the thread and the CLI may both find it: one line
+            if self.stopped.is_set():
+                return
+            self.stopped.set()
         print(f"kjax: error: process {peer} of {self.count} stopped responding ({why}; its "
               f"host crashed, was preempted or lost the network); process {self.index} stops "
               f"too. Restart all {self.count} processes with the same command: they resume "
@@ -118,5 +137,20 @@ def start(timeout: float) -> Watchdog | None:
         return None
     dog = Watchdog(client, jax.process_index(), jax.process_count(), timeout)
     dog.start()
+    _running.append(dog)
     atexit.register(dog.stop)   # runs before jax's own shutdown (registered earlier)
     return dog
+
+
+def explain(error: BaseException) -> None:
+    """For an error that ends a multi-process run (the CLI calls this): when a
+    peer has gone silent, that is the cause (a collective with a dead peer
+    fails after gloo's own timeouts, sometimes before the watchdog's thread
+    gets to run): the lost-process line and exit code instead of a traceback."""
+    dog = _running[0] if _running else None
+    if dog is None or dog.stopped.is_set():
+        return
+    peer = dog.silent_peer()
+    if peer is not None:
+        first = " ".join(str(error).split())[:120] or type(error).__name__
+        dog._lost(peer, f"silent while a collective waited for it: {first}")
