@@ -1,8 +1,9 @@
 """Object-store outages (issue 28, docs/RECOVERY.md): `kjax train --workdir
 gs://...` against fake-gcs-server behind a gate (tests/gcs.py) that cuts
 every connection and refuses new ones for the outage, while the server keeps
-its objects and upload sessions, as Cloud Storage does. The retry limit is set short (KJAX_STORE_OUTAGE_LIMIT=8 s)
-so that the test stays cheap; the code path is the default one (300 s).
+its objects and upload sessions, as Cloud Storage does. The retry limit is
+set short (KJAX_STORE_OUTAGE_LIMIT=8 s) so that the test stays cheap; the code
+path is the default one (300 s).
 
 One run meets two outages: one shorter than the limit (the run carries on,
 with one line when the waiting starts and one when the store is back) and
@@ -129,7 +130,9 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     assert "Traceback" not in err and "Error:" not in err.replace("kjax: error:", ""), err[-3000:]
     waiting = [m for m in said if "is unreachable" in m]
     back = [m for m in said if "is reachable again" in m]
-    (error,) = [m for m in said if m.startswith("kjax: error:")] or [said]
+    errors = [m for m in said if m.startswith("kjax: error:")]
+    assert len(errors) == 1, said
+    error = errors[0]
     assert len(waiting) == 2 and len(back) == 1, (
         short_at - run.start, down - run.start,
         [(round(t - run.start, 1), line[:150]) for t, line in run.lines if "train:" not in line])
@@ -151,7 +154,8 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     assert [r["step"] for r in rows if r.get("split") == "train"] == sorted(
         {r["step"] for r in rows if r.get("split") == "train"})   # each step once
     met, back_at = run.saw("is unreachable"), run.saw("is reachable again")
-    print(f"\nshort outage ridden out (waited {back_at - met:.1f} s); long outage: exit {STORE_EXIT} after "
+    print(f"\nshort outage ridden out (waited {back_at - met:.1f} s); long outage: exit "
+          f"{STORE_EXIT} after "
           f"{stopped_after:.1f} s (limit {LIMIT} s); resumed from step {named}")
 
 

@@ -108,9 +108,10 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Runs a verb; a KjaxError (bad input, a damaged checkpoint, a full or
     read-only disk) is one stderr line and exit 2 (75 for an object store
-    unreachable past KJAX_STORE_OUTAGE_LIMIT, 69 for a lost process). The echoes such failures
-    leave in orbax's threads (log records with tracebacks, asyncio's "Event
-    loop is closed") are kept off stderr; KJAX_DEBUG=1 shows them all."""
+    unreachable past KJAX_STORE_OUTAGE_LIMIT, 69 for a lost process, from
+    kjax/parallel/watchdog.py). The echoes such failures leave in orbax's
+    threads (log records with tracebacks, asyncio's "Event loop is closed")
+    are kept off stderr; KJAX_DEBUG=1 shows them all."""
     from kjax.checkpoint import quiet, storage
     quiet.install()
     storage.quiet_library_logs()
