@@ -191,6 +191,7 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
     finally:
         finish(procs, time.monotonic() + 10)
     out = logs(logdir, "killed")[0]
+    print(f"\nprocess 0 exited {code} {stopped_after:.1f} s after process 1 was killed")
     assert code == PEER_LOST_EXIT, f"{code}:\n{out[-3000:]}"
     assert PEER_TIMEOUT - 3 <= stopped_after < PEER_TIMEOUT + 60, stopped_after
     (line,) = [x for x in out.splitlines() if x.startswith("kjax: error:")]
