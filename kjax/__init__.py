@@ -38,3 +38,9 @@ if "etils.epath.gpath" in _sys.modules:
     _cached = getattr(_sys.modules["etils.epath.gpath"], "_is_tf_installed", None)
     if hasattr(_cached, "cache_clear"):
         _cached.cache_clear()
+
+# gs:// requests ride out an object-store outage (kjax/store_outage.py): fsspec's
+# `gs` implementation becomes gcsfs with kjax's retries, for kjax's own files and
+# orbax's (through epath) alike. Nothing is imported until gs:// is used.
+from kjax import store_outage as _store_outage  # noqa: E402
+_store_outage.register()

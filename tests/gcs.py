@@ -19,6 +19,7 @@ import pathlib
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -48,19 +49,86 @@ def binary() -> pathlib.Path:
             / f"fake-gcs-server-linux-{arch}")
 
 
-class Emulator:
-    """The server process (started by this test process, stopped by it)."""
+class Gate:
+    """A TCP forwarder from `port` to the server's own port. `close()` makes
+    the store unreachable as an outage does (new connections refused, open
+    ones cut) while the server keeps its objects and upload sessions, as
+    Cloud Storage does; `open()` lets connections through again."""
 
-    def __init__(self, url: str):
+    def __init__(self, port: int, target: int):
+        self.port, self.target = port, target
+        self.lock, self.connections, self.listener = threading.Lock(), set(), None
+        self.open()
+
+    def open(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(128)
+        listener.settimeout(0.1)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener) -> None:
+        while self.listener is listener:
+            try:
+                client, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.connections |= {client, server}
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source, sink) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        listener, self.listener = self.listener, None
+        listener.close()
+        with self.lock:
+            for s in self.connections:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                except OSError:
+                    pass
+            self.connections.clear()
+
+
+class Emulator:
+    """The server process (started by this test process, stopped by it).
+    `gated=True` puts a `Gate` on the URL's port, for outages
+    (`stop_serving`, then `serve`)."""
+
+    def __init__(self, url: str, gated: bool = False):
         self.url, self.port = url, int(url.rsplit(":", 1)[1])
         self.data = tempfile.TemporaryDirectory(prefix="kjax-gcs-")
         os.makedirs(os.path.join(self.data.name, BUCKET))   # a folder = a bucket at start
         self.log = open(os.path.join(self.data.name, "server.log"), "w")
+        own = _free_port() if gated else self.port
         self.process = subprocess.Popen(
-            [str(binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+            [str(binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(own),
              "-backend", "memory", "-data", self.data.name,
              "-public-host", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT)
+        self.gate = Gate(self.port, own) if gated else None
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -72,7 +140,15 @@ class Emulator:
                                        f"{open(self.log.name).read()[-2000:]}")
                 time.sleep(0.1)
 
+    def stop_serving(self) -> None:
+        self.gate.close()
+
+    def serve(self) -> None:
+        self.gate.open()
+
     def stop(self) -> None:
+        if self.gate is not None and self.gate.listener is not None:
+            self.gate.close()
         self.process.terminate()
         try:
             self.process.wait(timeout=10)

@@ -22,7 +22,8 @@ PACKAGE = os.path.join(ROOT, "kjax")
 
 # Lowest first. A module's layer is that of its longest listed prefix.
 LAYERS = (
-    ("base", ("kjax", "kjax.errors", "kjax.paths", "kjax.progress", "kjax.config")),
+    ("base", ("kjax", "kjax.errors", "kjax.paths", "kjax.store_outage", "kjax.progress",
+              "kjax.config")),
     ("text", ("kjax.text",)),
     ("morph", ("kjax.morph",)),
     ("tokens", ("kjax.tokens",)),

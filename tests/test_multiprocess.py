@@ -24,7 +24,8 @@ from test_train import TIMING, final_params
 STEPS = 24
 EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 10, "train.learning_rate": 3e-3,
          "train.warmup_steps": 4}
-TIMEOUT = 300  # seconds per two-process run; a hang (a lost collective) fails, not blocks
+TIMEOUT = 600  # seconds per two-process run (a loaded 2-core CI VM); a hang fails, not blocks
+PEER_TIMEOUT = 15  # KJAX_PEER_TIMEOUT: a silent process stops the others after this
 
 
 def free_port() -> int:
@@ -43,7 +44,8 @@ def launch(prepared, workdir, logdir, tag: str) -> list:
                "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2",
                "JAX_PROCESS_ID": str(i), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
                "JAX_COMPILATION_CACHE_DIR": os.path.join(logdir, "jax_cache"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": ROOT}
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": ROOT,
+               "KJAX_PEER_TIMEOUT": str(PEER_TIMEOUT)}
         log = open(os.path.join(logdir, f"{tag}-{i}.log"), "w")
         cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
                "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
@@ -83,13 +85,22 @@ def goodput_rows(workdir) -> list[dict]:
     return [r for r in read_metrics(workdir) if r["split"] == "goodput"]
 
 
+@pytest.fixture(scope="module")
+def straight_run(prepared, tmp_path_factory):
+    """(workdir, logdir) of an uninterrupted two-process run (the reference)."""
+    logdir = str(tmp_path_factory.mktemp("two-processes"))
+    workdir = os.path.join(logdir, "straight")
+    run_two(prepared, workdir, logdir, "straight")
+    return workdir, logdir
+
+
 @pytest.mark.slow
-def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, tmp_path):
-    logdir = str(tmp_path)
-    single, straight, cut = (str(tmp_path / n) for n in ("single", "straight", "cut"))
+def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, tmp_path,
+                                                                       straight_run):
+    straight, logdir = straight_run
+    single, cut = (str(tmp_path / n) for n in ("single", "cut"))
 
     # 1. Two processes × 4 devices vs one process × 8 devices: the same curve.
-    run_two(prepared, straight, logdir, "straight")
     train(tiny_config(prepared, **EXTRA), single, progress=False)
     two, one = train_rows(straight), train_rows(single)
     assert sorted(two) == sorted(one) == list(range(1, STEPS + 1))  # process 0 logs, once
@@ -154,6 +165,52 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
           f"{one[1]['loss']:.6f}/{one[saved]['loss']:.6f}/{one[STEPS]['loss']:.6f} vs "
           f"{two[1]['loss']:.6f}/{two[saved]['loss']:.6f}/{two[STEPS]['loss']:.6f}; "
           f"SIGTERM saved step {saved}; resumed final loss {r_rows[STEPS]['loss']:.6f}")
+
+
+@pytest.mark.slow
+def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
+        prepared, tmp_path, straight_run):
+    """SIGKILL to process 1 (what a crashed host does) once step 10 is saved:
+    process 0 stops within KJAX_PEER_TIMEOUT with one line naming process 1
+    (not in a collective forever, not with jax's abort), exit code 69; both
+    started again end bit-identical to the uninterrupted run."""
+    from kjax.parallel.watchdog import PEER_LOST_EXIT
+    straight, logdir = straight_run
+    killed = str(tmp_path / "killed")
+    procs = launch(prepared, killed, logdir, "killed")
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while not os.path.isdir(os.path.join(killed, "checkpoints", "10")):
+            assert all(p.poll() is None for p, _ in procs), logs(logdir, "killed")[0][-3000:]
+            assert time.monotonic() < deadline, "step 10 was not saved in time"
+            time.sleep(0.02)
+        procs[1][0].kill()
+        at = time.monotonic()
+        code = procs[0][0].wait(timeout=PEER_TIMEOUT + 60)
+        stopped_after = time.monotonic() - at
+    finally:
+        finish(procs, time.monotonic() + 10)
+    out = logs(logdir, "killed")[0]
+    print(f"\nprocess 0 exited {code} {stopped_after:.1f} s after process 1 was killed")
+    assert code == PEER_LOST_EXIT, f"{code}:\n{out[-3000:]}"
+    assert PEER_TIMEOUT - 3 <= stopped_after < PEER_TIMEOUT + 60, stopped_after
+    (line,) = [x for x in out.splitlines() if x.startswith("kjax: error:")]
+    assert line.startswith("kjax: error: process 1 of 2 stopped responding (no sign of life for ")
+    assert "Restart all 2 processes with the same command" in line
+    assert "Traceback" not in out and "Check failure" not in out, out[-3000:]
+    saved = sorted(int(d) for d in os.listdir(os.path.join(killed, "checkpoints")) if d.isdigit())
+    assert saved and saved[-1] < STEPS, saved
+
+    run_two(prepared, killed, logdir, "after-kill")
+    config = tiny_config(prepared, **EXTRA)
+    (s_state, s_data), (k_state, k_data) = final_params(config, straight), final_params(config,
+                                                                                        killed)
+    assert int(k_state["step"]) == STEPS and s_data == k_data
+    for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(k_state)):
+        assert np.array_equal(a, b)
+    print(f"\nprocess 1 killed after step {saved[-1]} was saved: process 0 exited "
+          f"{PEER_LOST_EXIT} after {stopped_after:.1f} s (KJAX_PEER_TIMEOUT={PEER_TIMEOUT}); "
+          f"the restart ended bit-identical")
 
 
 def test_sigterm_saves_at_that_step_and_restores_the_handler(prepared, tmp_path, monkeypatch):
@@ -260,7 +317,8 @@ def test_cloud_tpu_vms_always_initialize_unless_opted_out(monkeypatch):
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v3-32")  # what a TPU host's runtime sets
     assert mesh.on_cloud_tpu_vm()
     mesh.maybe_initialize_distributed()
-    assert calls == [{"coordinator_address": None, "num_processes": None, "process_id": None}]
+    assert calls == [{"coordinator_address": None, "num_processes": None, "process_id": None,
+                      "heartbeat_timeout_seconds": 120}]   # above kjax's watchdog's 60 s
     monkeypatch.setenv(mesh.DISTRIBUTED_ENV, "0")
     mesh.maybe_initialize_distributed()
     assert len(calls) == 1

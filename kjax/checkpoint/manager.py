@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from etils import epath
 
+from kjax import store_outage
 from kjax.checkpoint import fingerprint, storage
 from kjax.checkpoint.quiet import quiet_restore
 from kjax.errors import KjaxError
@@ -195,6 +196,10 @@ class Checkpointer:
             preservation_policy=policies.LatestN(keep),
             enable_async_checkpointing=True, read_only=read_only, create=not read_only)
         storage.watch_orbax()
+        storage.size_tensorstore_retries()
+        # The newest step seen committed (restored or saved): named when the
+        # store cannot be asked any more (an outage past the limit).
+        self.known_step = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kjax-fingerprint")
         # The step last handed to orbax, and the one not yet seen committed.
         self.saving = self.pending = None
@@ -223,11 +228,20 @@ class Checkpointer:
 
     # --- saving -----------------------------------------------------------
     def last_complete_step(self) -> int | None:
+        if store_outage.gave_up():   # asking the store would fail: what this process saw
+            if self.pending is not None:   # a save orbax finished without error counts
+                try:
+                    self.manager.wait_until_finished()
+                except Exception:  # noqa: BLE001 - it did not finish: not counted
+                    return self.known_step
+                if not storage.orbax_error_pending():
+                    self.known_step = max(self.pending, self.known_step or self.pending)
+            return self.known_step
         try:
             self.manager.reload()
             return self.manager.latest_step()
         except Exception:  # noqa: BLE001 - only used inside an error message
-            return None
+            return self.known_step
 
     def _fault(self, e: BaseException, doing: str = "writing") -> BaseException:
         where = self.step_path(self.saving) if self.saving is not None else self.directory
@@ -274,9 +288,15 @@ class Checkpointer:
             raise self._fault(e) from None
         if pending is None:
             return
-        self.manager.reload()
+        try:
+            self.manager.reload()
+        except Exception as e:  # noqa: BLE001 - the store went away after orbax finished:
+            if not storage.orbax_error_pending():   # then orbax's word is all there is
+                self.known_step = max(pending, self.known_step or pending)
+            raise self._fault(e) from None
         if pending in self.manager.all_steps():
             storage.take_orbax_error()
+            self.known_step = max(pending, self.known_step or pending)
             return
         cause = storage.take_orbax_error() or RuntimeError("orbax did not commit it")
         error = self._fault(cause)
@@ -329,6 +349,9 @@ class Checkpointer:
 
     def _read_error(self, step: int, e: BaseException, what: str) -> KjaxError:
         path, detail = self.step_path(step), _first_line(e)
+        unreachable = storage.unreachable_error(e, path, None)
+        if unreachable is not None:
+            return unreachable.saving(f"checkpoint {path} was not read and is left as it is")
         if storage.fault_kind(e) == storage.DENIED or any(t in str(e) for t in TRANSIENT):
             return UnreadableCheckpoint(f"cannot read checkpoint {path} ({detail}); the files "
                                         f"were left as they are: check access to the storage "
@@ -361,4 +384,5 @@ class Checkpointer:
                                         f"saved ({', '.join(bad[:3])}"
                                         f"{', ...' if len(bad) > 3 else ''})")
         self.verified = parts is not None
+        self.known_step = max(step, self.known_step or step)
         return state, iterator

@@ -38,7 +38,11 @@ def reported() -> None:
 
 
 def is_echo(exc: BaseException | None) -> bool:
-    return exc is not None and any(text in str(exc) for text in ECHOES)
+    """An echo of an error kjax reports itself; once kjax gave up on an
+    unreachable object store, every thread's failure is that outage again."""
+    from kjax import store_outage
+    return exc is not None and (any(text in str(exc) for text in ECHOES)
+                                or store_outage.unreachable_in(exc) is not None)
 
 
 def _from_writer_at_exit(obj) -> bool:

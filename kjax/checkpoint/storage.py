@@ -17,6 +17,7 @@ import logging
 import os
 import re
 
+from kjax import store_outage
 from kjax.errors import KjaxError
 
 FULL, READ_ONLY, DENIED = "full", "read-only", "denied"
@@ -80,9 +81,32 @@ def last_step_text(step: int | None) -> str:
             else "no checkpoint was completed yet")
 
 
+_TS_UNREACHABLE = re.compile(r"UNAVAILABLE|DEADLINE_EXCEEDED")
+
+
+def unreachable_error(exc: BaseException, path: str,
+                      last_step: int | None) -> store_outage.StoreUnreachable | None:
+    """An object store that stayed unreachable past the limit (kjax's own
+    retries gave up, or TensorStore's, sized to the same limit, did), naming
+    the last complete checkpoint; None for any other error."""
+    error = store_outage.unreachable_in(exc)
+    if error is None and "://" in path:
+        text = next((str(e) for e in _chain(exc) if _TS_UNREACHABLE.search(str(e))), None)
+        if text is not None:
+            bucket = path.split("://", 1)[1].split("/")[0]
+            error = store_outage.StoreUnreachable(f"{path.split('://')[0]}://{bucket}",
+                                                  store_outage.limit(), text[:160])
+    if error is None or last_step is None:   # (no step known: none named)
+        return error
+    return error.saving(f"{last_step_text(last_step)} (it resumes from step {last_step})")
+
+
 def fault_error(exc: BaseException, default_path: str, last_step: int | None,
                 doing: str = "writing") -> KjaxError | None:
     """The one-line error for a storage fault, or None if `exc` is not one."""
+    unreachable = unreachable_error(exc, default_path, last_step)
+    if unreachable is not None:
+        return unreachable
     kind = fault_kind(exc)
     if kind is None:
         return None
@@ -124,6 +148,24 @@ def check_writable(directory: str, last_step: int | None = None) -> None:
         raise error from None
 
 
+def size_tensorstore_retries() -> None:
+    """TensorStore's GCS driver (orbax's array bytes) retries on its own, by
+    default 32 times with up to 32 s between tries (a quarter of an hour):
+    sized here to kjax's outage limit (kjax/store_outage.py), so an array write
+    gives up when kjax's own requests do. orbax builds every TensorStore
+    context from these two dicts (no public option for it)."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+    budget = store_outage.limit()
+    longest = min(32.0, max(1.0, budget / 4))
+    tries, waited, delay = 0, 0.0, 1.0
+    while waited < budget:
+        waited, delay, tries = waited + min(delay, longest), delay * 2, tries + 1
+    retries = {"max_retries": max(tries, 1), "initial_delay": "1s",
+               "max_delay": f"{longest:.0f}s"}
+    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context["gcs_request_retries"] = retries
+
+
 class _OrbaxRecords(logging.Filter):
     """Remembers the last exception orbax logged (its background threads log
     a failed write and carry on, so a final save can fail without raising),
@@ -158,12 +200,28 @@ def take_orbax_error() -> BaseException | None:
     return error
 
 
+def orbax_error_pending() -> bool:
+    """Whether orbax logged an exception since `take_orbax_error` was last called."""
+    return _ORBAX.last_error is not None
+
+
 def watch_orbax() -> None:
     """Starts remembering orbax's logged exceptions (Checkpointer does this)."""
     _absl_logger()
 
 
+def _no_traceback(record: logging.LogRecord) -> bool:
+    return not record.exc_info
+
+
 def quiet_library_logs() -> None:
-    """Drops orbax's log records from stderr (the CLI calls this)."""
+    """Drops orbax's log records from stderr (the CLI calls this), and the
+    tracebacks gcsfs/fsspec log for a request that failed (an outage is
+    reported by kjax/store_outage.py in one line)."""
     _absl_logger()
     _ORBAX.quiet = not os.environ.get("KJAX_DEBUG")
+    if _ORBAX.quiet:
+        for name in ("gcsfs", "fsspec"):
+            logger = logging.getLogger(name)
+            if _no_traceback not in logger.filters:
+                logger.addFilter(_no_traceback)

@@ -108,15 +108,27 @@ def run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs a verb; a KjaxError (bad input, a damaged checkpoint, a full or
-    read-only disk) is one stderr line and exit 2. The echoes such failures
-    leave in orbax's threads (log records with tracebacks, asyncio's "Event
-    loop is closed") are kept off stderr; KJAX_DEBUG=1 shows them all."""
+    read-only disk) is one stderr line and exit 2 (75 for an object store
+    unreachable past KJAX_STORE_OUTAGE_LIMIT, 69 for a lost process, from
+    kjax/parallel/watchdog.py). The echoes such failures leave in orbax's
+    threads (log records with tracebacks, asyncio's "Event loop is closed")
+    are kept off stderr; KJAX_DEBUG=1 shows them all."""
     from kjax.checkpoint import quiet, storage
     quiet.install()
     storage.quiet_library_logs()
     from kjax.config.recorded import flush_notes, take_notes
+    from kjax.store_outage import unreachable_in
     try:
-        code = run(sys.argv[1:] if argv is None else argv)
+        try:
+            code = run(sys.argv[1:] if argv is None else argv)
+        except Exception as e:  # noqa: BLE001 - an outage past the limit, wrapped by a library
+            if not isinstance(e, KjaxError):   # a lost process: its line, exit 69 (no return)
+                from kjax.parallel import watchdog
+                watchdog.explain(e)
+            unreachable = unreachable_in(e)
+            if unreachable is None:
+                raise
+            raise unreachable from None
         flush_notes()
         return code
     except KjaxError as e:
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             message += " (note: " + " ".join("; ".join(notes).split()) + ")"
         print(f"kjax: error: {message}", file=sys.stderr, flush=True)
         quiet.reported()
-        return 2
+        return getattr(e, "exit_code", 2)   # 75: the object store was unreachable (RECOVERY.md)
 
 
 if __name__ == "__main__":

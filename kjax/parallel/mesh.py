@@ -77,7 +77,9 @@ def maybe_initialize_distributed() -> None:
       are set: those (any of the last two missing: jax's cluster detection);
     - KJAX_DISTRIBUTED=1: jax's cluster detection (SLURM, Open MPI, GKE, ...).
 
-    KJAX_DISTRIBUTED=0 turns all of this off (one process per host).
+    KJAX_DISTRIBUTED=0 turns all of this off (one process per host). A process
+    that stops answering stops the others within KJAX_PEER_TIMEOUT seconds
+    (default 60; kjax/parallel/watchdog.py).
     """
     if jax.distributed.is_initialized():
         return
@@ -97,13 +99,19 @@ def maybe_initialize_distributed() -> None:
     if count is not None and index is not None and not 0 <= index < count:
         raise KjaxError(f"JAX_PROCESS_ID={index} is outside 0..{count - 1} "
                         f"(JAX_NUM_PROCESSES={count})")
+    from kjax.parallel import watchdog
+    timeout = watchdog.peer_timeout()
+    # jax's heartbeat timeout (default 100 s) above kjax's watchdog's, so a lost
+    # process is reported by the watchdog in one line (watchdog.py), not by jax's abort.
+    heartbeat = {} if 2 * timeout <= 100 else {"heartbeat_timeout_seconds": int(2 * timeout)}
     try:
         jax.distributed.initialize(coordinator_address=address or None, num_processes=count,
-                                   process_id=index)
+                                   process_id=index, **heartbeat)
     except (RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise KjaxError(f"jax.distributed.initialize() failed ({first}); set "
                         f"{DISTRIBUTED_ENV}=0 to run this host as a single process") from None
+    watchdog.start(timeout)
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:

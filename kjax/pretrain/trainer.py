@@ -165,8 +165,8 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
         s.checkpoints.abandon()  # lets a good in-flight save finish; raises nothing
         if writer is not None:
             writer.abandon()
-        error = storage.fault_error(e, workdir, last) if isinstance(e, Exception) and \
-            not isinstance(e, KjaxError) else None
+        error = storage.fault_error(e, workdir, last) if isinstance(e, Exception) and (
+            not isinstance(e, KjaxError) or storage.unreachable_error(e, workdir, None)) else None
         if error is None:
             raise
         raise error from None

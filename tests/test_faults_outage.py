@@ -1,0 +1,184 @@
+"""Object-store outages (issue 28, docs/RECOVERY.md): `kjax train --workdir
+gs://...` against fake-gcs-server behind a gate (tests/gcs.py) that cuts
+every connection and refuses new ones for the outage, while the server keeps
+its objects and upload sessions, as Cloud Storage does. The retry limit is
+set short (KJAX_STORE_OUTAGE_LIMIT=8 s) so that the test stays cheap; the code
+path is the default one (300 s).
+
+One run meets two outages: one shorter than the limit (the run carries on,
+with one line when the waiting starts and one when the store is back) and
+one longer (one `kjax: error:` line naming the store and the last complete
+checkpoint, exit code 75, no traceback from any thread). The same command
+run again resumes from that checkpoint and finishes."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import gcs
+from conftest import DEMO_CONFIG, ROOT, tiny_overrides
+from kjax import paths
+from kjax.store_outage import STORE_EXIT
+
+LIMIT = 8           # seconds: KJAX_STORE_OUTAGE_LIMIT for the runs under test
+SHORT = 2           # seconds after the run met the short outage: it then ends
+STEPS = 60
+EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 5, "train.log_every": 5}
+WAIT = 400          # seconds: the most one run may take here (a hang fails, not blocks)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An emulator of this test's own (the session's one keeps serving the others)."""
+    server = gcs.Emulator(f"http://127.0.0.1:{gcs._free_port()}", gated=True)
+    yield server
+    server.stop()
+
+
+class Run:
+    """`kjax train` in a subprocess talking to `store`; stderr lines timestamped."""
+
+    def __init__(self, store, prepared, tmp_path, work):
+        env = {**os.environ, "STORAGE_EMULATOR_HOST": store.url,
+               "TENSORSTORE_GCS_HTTP_URL": store.url, "KJAX_STORE_OUTAGE_LIMIT": str(LIMIT),
+               "KJAX_LOCAL_LOGS": str(tmp_path / "mirrors"), "PYTHONPATH": ROOT,
+               "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+               "--workdir", work, *tiny_overrides(str(prepared), **EXTRA)]
+        self.start, self.lines, self.out = time.monotonic(), [], []
+        self.process = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+        self.pumps = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                      for stream, into in ((self.process.stderr, self.lines),
+                                           (self.process.stdout, self.out))]
+        for pump in self.pumps:
+            pump.start()
+
+    def _read(self, stream, into):
+        for line in stream:
+            into.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait(self) -> tuple[int, str, str]:
+        try:
+            self.process.wait(timeout=WAIT)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        for pump in self.pumps:
+            pump.join(timeout=10)
+        return (self.process.returncode, "\n".join(line for _, line in self.out),
+                "\n".join(line for _, line in self.lines))
+
+    def saw(self, text: str) -> float | None:
+        return next((t for t, line in self.lines if text in line), None)
+
+
+def logged(tmp_path, step: int) -> bool:
+    """Whether process 0 logged `step` (to its local mirror of WORKDIR/logs,
+    logdir.py): the save at that step comes next, and meets what we do now."""
+    import glob
+    for path in glob.glob(str(tmp_path / "mirrors" / "*" / "metrics.jsonl")):
+        with open(path) as f:
+            if any(f'"step": {step},' in line and '"split": "train"' in line for line in f):
+                return True
+    return False
+
+
+def wait_for(check, run: Run, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not check():
+        assert run.process.poll() is None, f"exited before {what}:\n{run.wait()[2][-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} in {WAIT} s"
+        time.sleep(0.1)
+
+
+def messages(err: str) -> list[str]:
+    return [line for line in err.splitlines()
+            if line.startswith("kjax:") and "GOOGLE_AUTH_TOKEN" not in line]
+
+
+@pytest.mark.slow
+def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", store.url)   # this process's reads too
+    work = f"gs://{gcs.BUCKET}/outage"
+    run = Run(store, prepared, tmp_path, work)
+    try:
+        # 1. Shorter than the limit: the run waits and carries on.
+        wait_for(lambda: logged(tmp_path, 10), run, "step 10")
+        store.stop_serving()
+        short_at = time.monotonic()   # (open again soon after the run met it: shorter than LIMIT)
+        wait_for(lambda: run.saw("is unreachable") is not None, run, "the waiting line")
+        time.sleep(SHORT)
+        store.serve()
+        # 2. Longer: from step 30 on, the store stays away until the run ends.
+        wait_for(lambda: logged(tmp_path, 30), run, "step 30")
+        store.stop_serving()
+        down = time.monotonic()
+        code, out, err = run.wait()
+        stopped_after = time.monotonic() - down
+    finally:
+        if store.gate.listener is None:
+            store.serve()
+    said = messages(err)
+    assert code == STORE_EXIT, f"rc {code}:\n{err[-3000:]}"
+    assert "Traceback" not in err and "Error:" not in err.replace("kjax: error:", ""), err[-3000:]
+    waiting = [m for m in said if "is unreachable" in m]
+    back = [m for m in said if "is reachable again" in m]
+    errors = [m for m in said if m.startswith("kjax: error:")]
+    assert len(errors) == 1, said
+    error = errors[0]
+    assert len(waiting) == 2 and len(back) == 1, (
+        short_at - run.start, down - run.start,
+        [(round(t - run.start, 1), line[:150]) for t, line in run.lines if "train:" not in line])
+    assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for ")
+    assert f"KJAX_STORE_OUTAGE_LIMIT={LIMIT} s" in error and "Run the same command" in error
+    named = int(error.split("the last complete checkpoint is step ")[1].split(" ")[0])
+    assert 10 <= named < 30
+    assert stopped_after < LIMIT + 60, stopped_after      # bounded: the limit, then exit
+
+    # 3. The store is back: the same command resumes from the step named and finishes.
+    code, out, err = Run(store, prepared, tmp_path, work).wait()
+    assert code == 0 and "Traceback" not in err, err[-3000:]
+    out = "\n" + out
+    assert json.loads(out[out.rindex("\n{") + 1:])["final_step"] == STEPS
+    rows = [json.loads(r) for r in paths.read_text(f"{work}/logs/metrics.jsonl").splitlines()]
+    firsts = [r["step"] for r in rows if r.get("split") == "train"
+              and "compile_and_first_step_time" in r]
+    assert firsts == [1, named + 1], firsts                 # resumed right after it
+    assert [r["step"] for r in rows if r.get("split") == "train"] == sorted(
+        {r["step"] for r in rows if r.get("split") == "train"})   # each step once
+    met, back_at = run.saw("is unreachable"), run.saw("is reachable again")
+    print(f"\nshort outage ridden out (waited {back_at - met:.1f} s); long outage: exit "
+          f"{STORE_EXIT} after "
+          f"{stopped_after:.1f} s (limit {LIMIT} s); resumed from step {named}")
+
+
+def test_eval_export_prepare_end_in_one_line_when_the_store_is_away(prepared, tmp_path):
+    """The other verbs on a gs:// store that does not answer (a port nobody
+    listens on): one `kjax: error:` line naming the store, exit 75, no
+    traceback, after KJAX_STORE_OUTAGE_LIMIT (1 s here)."""
+    url = f"http://127.0.0.1:{gcs._free_port()}"
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
+           "KJAX_STORE_OUTAGE_LIMIT": "1", "PYTHONPATH": ROOT}
+    work = f"gs://{gcs.BUCKET}/away"
+    verbs = {"eval": ["eval", "--workdir", work],
+             "export": ["export", "--workdir", work, "--out", str(tmp_path / "out")],
+             "prepare": ["prepare", "--config", DEMO_CONFIG,
+                         *tiny_overrides(str(prepared), **{"data.dir": f"{work}/examples"})]}
+    procs = {verb: subprocess.Popen([sys.executable, "-m", "kjax.cli", *argv], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=str(tmp_path)) for verb, argv in verbs.items()}
+    for verb, p in procs.items():
+        out, err = p.communicate(timeout=WAIT)
+        said = [line for line in err.splitlines() if line.startswith("kjax:")]
+        assert p.returncode == STORE_EXIT, (verb, p.returncode, err[-2000:])
+        assert "Traceback" not in err, (verb, err[-2000:])
+        (error,) = [line for line in said if line.startswith("kjax: error:")]
+        assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for "), error
+        assert said[0].startswith(f"kjax: warning: gs://{gcs.BUCKET} is unreachable"), said
