@@ -76,7 +76,7 @@ def assert_close(diffs: dict, expected: set, tolerance: float = TOLERANCE) -> No
 def test_exported_bert_matches_kjax_logits(tmp_path, scan):
     enc = tiny_encoder(scan)
     params = random_params(enc)
-    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    hx.write_hf_model(params, enc, str(tmp_path), heads=hx.PRETRAINING)
     model, info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
     assert type(model).__name__ == "BertForPreTraining"
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
@@ -93,7 +93,7 @@ def test_exported_bert_matches_kjax_logits(tmp_path, scan):
 def test_export_without_heads_is_a_plain_encoder(tmp_path):
     enc = tiny_encoder()
     params = random_params(enc)
-    hx.write_hf_model(params, enc, str(tmp_path), with_heads=False, dtype="bfloat16")
+    hx.write_hf_model(params, enc, str(tmp_path), heads=hx.ENCODER, dtype="bfloat16")
     with safe_open(os.path.join(tmp_path, "model.safetensors"), "pt") as f:
         keys = set(f.keys())
         assert f.get_tensor("bert.pooler.dense.weight").dtype == torch.bfloat16
@@ -103,7 +103,7 @@ def test_export_without_heads_is_a_plain_encoder(tmp_path):
     # Documented: AutoModelForPreTraining still loads; its heads are new (reported missing).
     _, info = AutoModelForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
     assert info["missing_keys"] and all(k.startswith("cls.") for k in info["missing_keys"])
-    diffs = hx.verify_export(params, enc, str(tmp_path), with_heads=False, dtype="bfloat16")
+    diffs = hx.verify_export(params, enc, str(tmp_path), heads=hx.ENCODER, dtype="bfloat16")
     assert max(diffs.values()) <= TOLERANCE
 
 
@@ -112,7 +112,7 @@ def test_export_without_heads_is_a_plain_encoder(tmp_path):
 def test_state_dict_round_trip_is_bit_exact(scan, multihot):
     enc = tiny_multihot(scan) if multihot else tiny_encoder(scan)
     params = random_params(enc, seed=1)
-    state_dict = hx.params_to_state_dict(params, enc, with_heads=True)
+    state_dict = hx.params_to_state_dict(params, enc, heads=hx.PRETRAINING)
     assert ("bert.embeddings.inpos_embeddings.weight" in state_dict) == multihot
     model_type = mx.MODEL_TYPE if multihot else "bert"
     back, missing, unused = hi.hf_to_params(state_dict, {"model_type": model_type, "_dir": "mem"},
@@ -191,7 +191,7 @@ def test_imported_missing_heads_equal_a_fresh_kjax_init(tmp_path):
 def test_import_round_trip_through_files_is_bit_exact(tmp_path):
     enc = tiny_encoder(scan=False)
     params = random_params(enc, seed=2)
-    hx.write_hf_model(params, enc, str(tmp_path / "hf"), with_heads=True)
+    hx.write_hf_model(params, enc, str(tmp_path / "hf"), heads=hx.PRETRAINING)
     base = load_config(DEMO_CONFIG, ["--config.model.scan_layers=False"])
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), base)
     back, _ = restore_params(load_config(report["config"]), str(tmp_path / "w"))
@@ -229,7 +229,7 @@ def test_import_refuses_pickled_code_and_bad_configs(tmp_path, monkeypatch):
 def test_torch_shaking_equals_jax_shaking(tmp_path, factors):
     enc = tiny_encoder(shake_factor=factors)
     params = random_params(enc, seed=3)
-    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    hx.write_hf_model(params, enc, str(tmp_path), heads=hx.PRETRAINING)
     model = AutoModelForPreTraining.from_pretrained(
         tmp_path, attn_implementation=ATTN_IMPLEMENTATION).eval()
     assert model.config.kjax_shake_factor == list(factors)
@@ -255,7 +255,7 @@ def test_torch_shaking_equals_jax_shaking(tmp_path, factors):
 def test_exported_multihot_matches_kjax_logits(tmp_path):
     enc = tiny_multihot(scan=False, shake_factor=(0.3, -0.2))
     params = random_params(enc, seed=5)
-    hx.write_hf_model(params, enc, str(tmp_path), with_heads=True)
+    hx.write_hf_model(params, enc, str(tmp_path), heads=hx.PRETRAINING)
     assert os.path.isfile(tmp_path / "modeling_kjax_multihot.py")   # remote code travels
     model, info = AutoModelForPreTraining.from_pretrained(tmp_path, trust_remote_code=True,
                                                           output_loading_info=True)
@@ -305,7 +305,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
     config = load_config(DEMO_CONFIG, overrides)
     enc = EncoderConfig.from_config(config.model)
     params = random_params(enc, seed=9)
-    hx.write_hf_model(params, enc, str(tmp_path / "hf"), with_heads=True)
+    hx.write_hf_model(params, enc, str(tmp_path / "hf"), heads=hx.PRETRAINING)
     assert main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "w"),
                  *overrides]) == 0
     out = str(tmp_path / "out")

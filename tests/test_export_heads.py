@@ -98,3 +98,77 @@ def test_every_export_fills_masks_with_its_pretrained_head(tmp_path, kind):
     diffs = hx.max_abs_diffs({"mlm_logits": logits}, {"mlm_logits": want},
                              inputs["attention_mask"])
     assert diffs["mlm_logits"] <= 1e-4, diffs
+
+
+# ---- issue 26: only heads that trained leave kjax ------------------------------------------
+MLM_ONLY = {"onehot": "BertForMaskedLM", "multihot": "KjaxMultihotForMaskedLM"}
+
+
+@pytest.mark.parametrize("nsp_weight,heads", [(0.0, hx.MASKED_LM), (1.0, hx.PRETRAINING)])
+def test_the_registry_says_which_heads_trained(nsp_weight, heads):
+    """MLM alone trains no NSP head and no pooler (it feeds only NSP); with NSP
+    both trained. --encoder-only keeps the pooler only when it trained."""
+    from conftest import tiny_config
+    from kjax.export.checkpoint_export import architecture, exported_heads
+    from kjax.objectives import trained_head_params
+    config = tiny_config("/nonexistent", **{"train.nsp_weight": nsp_weight})
+    enc = tiny_encoder()
+    assert trained_head_params(config) == heads
+    assert exported_heads(config, enc, True) == heads
+    assert exported_heads(config, enc, False) == (heads & {"pooler"})
+    assert architecture(enc, heads) == ("BertForPreTraining" if nsp_weight else "BertForMaskedLM")
+    assert architecture(tiny_multihot(), heads) == (
+        "KjaxMultihotForPreTraining" if nsp_weight else "KjaxMultihotForMaskedLM")
+    assert architecture(enc, exported_heads(config, enc, False)) == "BertModel"
+
+
+@pytest.mark.parametrize("kind", sorted(MLM_ONLY))
+def test_an_mlm_only_export_holds_no_nsp_head_and_no_pooler(tmp_path, kind):
+    """MLM-only (train.nsp_weight=0): the folder is *ForMaskedLM — no
+    cls.seq_relationship, no pooler — which AutoModelForMaskedLM loads with no
+    missing or unexpected key and whose logits are kjax's; the export check
+    compares hidden states and MLM logits. AutoModel and the classifier load
+    the encoder and start a new pooler, honestly reported as missing."""
+    import json
+    import os
+    from safetensors import safe_open
+    from transformers import AutoModelForMaskedLM
+    enc = {"onehot": tiny_encoder, "multihot": tiny_multihot}[kind]()
+    params = random_params(enc, seed=5)
+    keys = hx.write_hf_model(params, enc, str(tmp_path), heads=hx.MASKED_LM)
+    with safe_open(os.path.join(tmp_path, "model.safetensors"), "pt") as f:
+        assert set(f.keys()) == set(keys)
+    assert not [k for k in keys if k.startswith(("cls.seq_relationship.", "bert.pooler."))]
+    assert "cls.predictions.bias" in keys and "cls.predictions.transform.dense.weight" in keys
+    config = json.load(open(os.path.join(tmp_path, "config.json")))
+    assert config["architectures"] == [MLM_ONLY[kind]]
+    remote = {"trust_remote_code": True} if kind == "multihot" else {}
+    model, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True,
+                                                       **remote)
+    assert type(model).__name__ == MLM_ONLY[kind]
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    inputs = hx.sample_inputs(enc)
+    want = hx.jax_outputs(params, enc, inputs)
+    got = hx.torch_outputs(model.eval(), inputs)
+    assert set(got) == {"hidden", "mlm_logits"}
+    diffs = hx.max_abs_diffs(want, got, inputs["attention_mask"])
+    assert max(diffs.values()) <= 1e-4, diffs
+    checked = hx.verify_export(params, enc, str(tmp_path), hx.MASKED_LM, "float32")
+    assert set(checked) == {"hidden", "mlm_logits"}
+    _, info = AutoModel.from_pretrained(tmp_path, output_loading_info=True, **remote)
+    assert sorted(info["missing_keys"]) == ["pooler.dense.bias", "pooler.dense.weight"], info
+    _, info = AutoModelForSequenceClassification.from_pretrained(
+        tmp_path, num_labels=3, output_loading_info=True, **remote)
+    assert {k.split(".dense")[0] for k in info["missing_keys"]} == {
+        "bert.pooler", "classifier.weight", "classifier.bias"}, info
+
+
+def test_an_nsp_run_keeps_both_heads(tmp_path):
+    """With NSP trained the folder stays BertForPreTraining with the NSP head and
+    the pooler, both compared with kjax by the export check."""
+    enc = tiny_encoder()
+    keys = hx.write_hf_model(random_params(enc, seed=5), enc, str(tmp_path))
+    assert {"cls.seq_relationship.weight", "bert.pooler.dense.weight"} <= set(keys)
+    checked = hx.verify_export(random_params(enc, seed=5), enc, str(tmp_path), hx.PRETRAINING,
+                               "float32")
+    assert set(checked) == {"hidden", "pooled", "mlm_logits", "nsp_logits"}

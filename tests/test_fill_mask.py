@@ -126,6 +126,51 @@ def test_exported_folder_answers_through_the_transformers_pipeline(trained, tmp_
     assert "pipeline(\"fill-mask\", model=folder)" in card and "pipeline_tag: fill-mask" in card
 
 
+def test_an_mlm_only_export_is_a_masked_lm_with_no_untrained_weight(trained, tmp_path, capsys):
+    """Issue 26: when NSP did not train (train.nsp_weight=0, as the demo) `kjax
+    export` writes BertForMaskedLM — no NSP head, no pooler (only NSP trains
+    it) — which AutoModelForMaskedLM loads with no missing or unexpected key
+    and whose fill-mask answers are `kjax fill-mask`'s. (The export asks the
+    config's objectives; this checkpoint's recorded config trained NSP, so the
+    MLM-only config is given with --config.)"""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, pipeline
+    from conftest import DEMO_CONFIG, tiny_overrides
+    from test_export import run_model_card
+    tmp, run = trained
+    out = str(tmp_path / "hf")
+    overrides = tiny_overrides(str(tmp), **{"train.num_steps": 4, "train.nsp_weight": 0.0})
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", run,
+                 "--out", out]) == 0
+    assert json.loads(capsys.readouterr().out)["architecture"] == "BertForMaskedLM"
+    with safe_open(f"{out}/model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert "cls.predictions.bias" in keys
+    assert not [k for k in keys if k.startswith(("cls.seq_relationship.", "bert.pooler."))]
+    assert json.load(open(f"{out}/config.json"))["architectures"] == ["BertForMaskedLM"]
+    written = json.load(open(f"{out}/kjax_export.json", encoding="utf-8"))
+    assert written["objectives"] == "MLM" and written["architecture"] == "BertForMaskedLM"
+    assert "nsp" not in written["heads"] and "pooler" not in written["heads"]
+    assert set(written["verified_max_abs_diff"]) == {"hidden", "mlm_logits"}
+    _, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    _, info = AutoModelForSequenceClassification.from_pretrained(out, num_labels=2,
+                                                                 output_loading_info=True)
+    assert {k.rsplit(".", 1)[0] for k in info["missing_keys"]} == {"bert.pooler.dense",
+                                                                    "classifier"}, info
+    text = "모든 국민[MASK] 법 앞에 평등하다."
+    answers = pipeline("fill-mask", model=out, dtype=torch.float32)(text, top_k=5)
+    (found,), = fm.FillMask(tiny_config(tmp), run).predict([text], top_k=5)
+    assert [a["token_str"].replace(" ", "") for a in answers] == [a.text for a in found]
+    np.testing.assert_allclose([a["score"] for a in answers], [a.probability for a in found],
+                               rtol=1e-4, atol=1e-6)
+    card = open(f"{out}/README.md", encoding="utf-8").read()
+    assert "pretrained with kjax (MLM)" in card and "as BertForMaskedLM" in card
+    assert "neither its head nor the pooler is written" in card and "| nsp_" not in card
+    assert "torch.Size([1, 3])" in run_model_card(out)   # its code runs, classifier included
+
+
 def test_check_set_hit_rates(trained, tmp_path, capsys):
     rows = fm.read_check_set()   # the shipped everyday sentences
     assert len(rows) >= 30 and all(s.count("[MASK]") == 1 and a for s, a in rows)

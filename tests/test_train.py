@@ -117,10 +117,18 @@ def test_an_mlm_only_run_reports_no_nsp_figure(prepared, tmp_path, capsys):
     assert main(["eval", "--workdir", workdir]) == 0
     printed = capsys.readouterr().out
     assert "mlm_loss" in printed and "nsp" not in printed
-    card = write_model_card(config, workdir, str(tmp_path), 4, "BertForPreTraining", True,
-                            "float32", {"class": "PreTrainedTokenizerFast"})
+    # `kjax export` from the run's recorded config: the MLM-only class, no NSP head, no pooler
+    out = str(tmp_path / "hf")
+    assert main(["export", "--workdir", workdir, "--out", out]) == 0
+    capsys.readouterr()
+    written = json.load(open(os.path.join(out, "kjax_export.json"), encoding="utf-8"))
+    assert written["architecture"] == "BertForMaskedLM" and written["objectives"] == "MLM"
+    assert not {"nsp", "pooler"} & set(written["heads"])
+    card = write_model_card(config, workdir, str(tmp_path), 4, "BertForMaskedLM", True,
+                            "float32", {"class": "PreTrainedTokenizerFast"}, pooler=False)
     text = open(card, encoding="utf-8").read()
     assert "A BERT encoder pretrained with kjax (MLM), exported" in text
+    assert "as BertForMaskedLM (float32), with its MLM head. NSP did not train" in text
     assert "mlm_accuracy" in text and "nsp" not in text.split("## Training config")[0]
     with_nsp = tiny_config(prepared)                       # weight 1: both are named
     write_model_card(with_nsp, workdir, str(tmp_path), 4, "BertForPreTraining", True,

@@ -72,7 +72,8 @@ def register(verbs, add_config) -> None:
         description="Writes a checkpoint of WORKDIR as a transformers 5 folder: config.json, "
         "model.safetensors, the tokenizer, README.md (model card), kjax_export.json. The config "
         "is the one the run recorded (WORKDIR/kjax_config.py) unless --config is given. The "
-        "pretraining heads are written (--encoder-only leaves them out): pipeline('fill-mask', "
+        "heads that trained are written, none that did not (an MLM-only run: BertForMaskedLM, "
+        "no NSP head or pooler; --encoder-only leaves them out): pipeline('fill-mask', "
         "model=OUT) answers as `kjax fill-mask` does. One-hot models load with "
         "AutoModel.from_pretrained(OUT) (no custom code); multi-hot (UKnowBERT) models also get "
         "modeling_kjax_multihot.py and need trust_remote_code=True. morph-sp/multihot "
@@ -86,10 +87,12 @@ def register(verbs, add_config) -> None:
                     help="weights dtype in model.safetensors (default float32)")
     heads = ex.add_mutually_exclusive_group()
     heads.add_argument("--encoder-only", action="store_true",
-                       help="write the encoder + pooler alone (BertModel / ElectraModel / "
-                       "KjaxMultihotModel); default: with the pretraining heads (MLM + NSP: "
-                       "BertForPreTraining), so pipeline('fill-mask') and AutoModelForMaskedLM "
-                       "load the trained head. Knowledge heads are never written")
+                       help="write the encoder alone, with the pooler if NSP trained it "
+                       "(BertModel / ElectraModel / KjaxMultihotModel); default: with the heads "
+                       "that trained (MLM + NSP: BertForPreTraining; MLM alone: "
+                       "BertForMaskedLM, no pooler), so pipeline('fill-mask') and "
+                       "AutoModelForMaskedLM load the trained head. Knowledge heads are never "
+                       "written")
     heads.add_argument("--with-pretraining-heads", action="store_true",
                        help="the default since the heads are always written; still accepted")
     ex.add_argument("--no-verify", action="store_true",

@@ -7,11 +7,16 @@ and multi-hot models, electra_export.py for models with an embedding
 projection) and hands the model card (model_card.py) what was written.
 None of those imports this module, so the arrows run one way.
 
-By default the pretraining heads are written (MLM + NSP; ELECTRA: the MLM
-head): the folder loads with AutoModelForMaskedLM / pipeline("fill-mask")
-with no newly initialised weight, and AutoModel or AutoModelFor…
-Classification / QuestionAnswering still load the encoder from it.
-`with_heads=False` (`--encoder-only`) writes the encoder and pooler alone.
+By default the heads the run trained are written, and nothing that did not
+train: MLM + NSP → BertForPreTraining; MLM alone (train.nsp_weight = 0) →
+BertForMaskedLM, without the NSP head and the pooler, which only NSP trains
+(multi-hot: KjaxMultihotFor…; ELECTRA: the MLM head). The objectives
+registry says which heads trained (kjax.objectives.trained_head_params). The
+folder loads with AutoModelForMaskedLM / pipeline("fill-mask") with no newly
+initialised weight, and AutoModel or AutoModelFor…Classification /
+QuestionAnswering still load the encoder from it (after an MLM-only run with
+a new pooler: it never trained). `with_heads=False` (`--encoder-only`)
+writes the encoder (and the pooler, if NSP trained it) alone.
 """
 from __future__ import annotations
 
@@ -27,13 +32,23 @@ from kjax.export.model_card import write_model_card
 from kjax.export.tokenizer_export import export_tokenizer
 from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
+from kjax.objectives import objectives_title, trained_head_params
 
 
-def architecture(enc: EncoderConfig, with_heads: bool) -> str:
+def exported_heads(config, enc: EncoderConfig, with_heads: bool) -> frozenset[str]:
+    """The kjax head params the folder holds: those the run trained (the
+    registry knows), or with --encoder-only the pooler alone, if it trained.
+    ELECTRA has no pooler or NSP head: its folder holds the MLM head at most."""
+    trained = trained_head_params(config)
+    heads = trained if with_heads else hx.encoder_only(trained)
+    return heads & hx.MLM_HEAD if enc.projects_embeddings else heads
+
+
+def architecture(enc: EncoderConfig, heads: frozenset[str]) -> str:
     """The transformers class the folder is written as."""
     if enc.projects_embeddings:   # E < H: BERT has no embeddings_project, ELECTRA has
-        return ee.architecture(with_heads)
-    return hx.architecture(enc, with_heads)
+        return ee.architecture(hx.MLM_HEAD <= heads)
+    return hx.architecture(enc, heads)
 
 
 def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
@@ -49,6 +64,8 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
                         f"model with an embedding projection has no transformers class yet")
     params, step = restore_params(config, workdir, step)
+    heads = exported_heads(config, enc, with_heads)
+    with_heads = hx.MLM_HEAD <= heads
     # transformers writes and reads local folders: a gs:// --out is written to a
     # local folder first and uploaded once verified (kjax/paths.py).
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
@@ -59,16 +76,20 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
             diffs = ee.verify_electra(params, enc, local_out, with_heads, dtype) \
                 if verify else None
         else:
-            keys = hx.write_hf_model(params, enc, local_out, with_heads, dtype)
-            diffs = hx.verify_export(params, enc, local_out, with_heads, dtype) \
+            keys = hx.write_hf_model(params, enc, local_out, heads, dtype)
+            diffs = hx.verify_export(params, enc, local_out, heads, dtype) \
                 if verify else None
-        write_model_card(config, workdir, local_out, step, architecture(enc, with_heads),
-                         with_heads, dtype, tokenizer, shown_as=out_dir)
+        written_as = architecture(enc, heads)
+        write_model_card(config, workdir, local_out, step, written_as,
+                         with_heads, dtype, tokenizer, shown_as=out_dir,
+                         pooler="pooler" in heads)
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
             json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                       "step": step, "dtype": dtype, "with_pretraining_heads": with_heads,
+                       "step": step, "dtype": dtype, "architecture": written_as,
+                       "objectives": objectives_title(config),
+                       "with_pretraining_heads": with_heads, "heads": sorted(heads),
                        "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
                       f, ensure_ascii=False, indent=1)
     return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
-            "architecture": architecture(enc, with_heads),
+            "architecture": written_as,
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}

@@ -50,8 +50,7 @@ def electra_config(enc: EncoderConfig, with_heads: bool, dtype: str):
 def params_to_state_dict(params: dict, enc: EncoderConfig, with_heads: bool) -> dict:
     import flax.linen as nn
     params = nn.meta.unbox(params)
-    out = {k: v for k, v in hx.params_to_state_dict(params, enc, False, prefix="electra").items()
-           if not k.startswith("electra.pooler.")}
+    out = hx.params_to_state_dict(params, enc, frozenset(), prefix="electra")   # no pooler
     name, path, kind = PROJECT
     for key, value in hx.module_to_torch(hx._get(params, path), kind, enc).items():
         out[f"electra.{name}.{key}"] = value

@@ -13,6 +13,11 @@ is bit-exact in fp32.
     */layer_norm/{scale,bias}              *.LayerNorm.{weight,bias}
     mlm_bias [V]                           cls.predictions.bias (decoder tied)
 
+Which heads a folder holds is a set of kjax head params (`heads`): the ones
+the run's objectives trained (kjax.objectives.trained_head_params), and the
+class follows from it — MLM + NSP: BertForPreTraining; MLM alone:
+BertForMaskedLM (no pooler: it trained only through NSP); none: BertModel.
+
 Multi-hot models (input_mode='multihot') add E_inpos/E_postag and load through
 remote code: multihot_export.py. ELECTRA (electra_export.py) and `kjax export`
 (checkpoint_export.py) build on this module; it imports neither.
@@ -53,6 +58,25 @@ BERT_HEADS = (
 )
 BERT_MLM_BIAS = "cls.predictions.bias"
 HEAD_PARAMS = ("mlm_transform", "mlm_layer_norm", "mlm_bias", "nsp")
+# The kjax head params behind each transformers class (the `heads` arguments below).
+MLM_HEAD = frozenset({"mlm_transform", "mlm_layer_norm", "mlm_bias"})
+NSP_HEAD = frozenset({"pooler", "nsp"})
+PRETRAINING = MLM_HEAD | NSP_HEAD      # BertForPreTraining
+MASKED_LM = MLM_HEAD                   # BertForMaskedLM
+ENCODER = frozenset({"pooler"})        # BertModel (--encoder-only)
+
+
+def class_kind(heads) -> str:
+    """"ForPreTraining", "ForMaskedLM" or "Model": the class suffix that holds
+    exactly `heads` (BERT's and the multi-hot classes share it)."""
+    if NSP_HEAD <= set(heads):
+        return "ForPreTraining"
+    return "ForMaskedLM" if MLM_HEAD <= set(heads) else "Model"
+
+
+def encoder_only(heads) -> frozenset[str]:
+    """What --encoder-only keeps of `heads`: the pooler, if it trained."""
+    return frozenset(heads) & ENCODER
 
 
 def _get(tree, path):
@@ -107,9 +131,10 @@ def layer_params(params: dict, enc: EncoderConfig, i: int) -> dict:
     return encoder[f"layer_{i}"]
 
 
-def params_to_state_dict(params: dict, enc: EncoderConfig, with_heads: bool,
+def params_to_state_dict(params: dict, enc: EncoderConfig, heads=PRETRAINING,
                          prefix: str = "bert") -> dict[str, np.ndarray]:
-    """kjax params → BertForPreTraining state dict (without the tied decoder)."""
+    """kjax params → state dict of the class that holds `heads` (without the
+    tied decoder): the encoder, and of the pooler and heads those in `heads`."""
     import flax.linen as nn
     params = nn.meta.unbox(params)  # straight from model.init: logical-axis boxes
     out: dict[str, np.ndarray] = {}
@@ -119,15 +144,17 @@ def params_to_state_dict(params: dict, enc: EncoderConfig, with_heads: bool,
             out[f"{name}.{key}"] = value
 
     extra = mx.MULTIHOT_EMBEDDINGS if mx.is_multihot(enc) else ()
-    for name, path, kind in EMBEDDINGS + extra + POOLER:
+    pooler = POOLER if "pooler" in heads else ()
+    for name, path, kind in EMBEDDINGS + extra + pooler:
         put(f"{prefix}.{name}", _get(params, path), kind)
     for i in range(enc.num_layers):
         layer = layer_params(params, enc, i)
         for name, path, kind in LAYER:
             put(f"{prefix}.encoder.layer.{i}.{name}", _get(layer, path), kind)
-    if with_heads:
-        for name, path, kind in BERT_HEADS:
+    for name, path, kind in BERT_HEADS:
+        if path[0] in heads:
             put(name, _get(params, path), kind)
+    if "mlm_bias" in heads:
         out[BERT_MLM_BIAS] = np.asarray(params["mlm_bias"])
     return out
 
@@ -159,30 +186,28 @@ def bert_config(enc: EncoderConfig, architecture: str, dtype: str):
     return mx.multihot_config(kwargs, enc) if mx.is_multihot(enc) else BertConfig(**kwargs)
 
 
-def architecture(enc: EncoderConfig, with_heads: bool) -> str:
-    """The class this module writes (a model with an embedding projection is
-    written as ELECTRA instead: checkpoint_export.py chooses)."""
-    if mx.is_multihot(enc):
-        return mx.architecture(with_heads)
-    return "BertForPreTraining" if with_heads else "BertModel"
+def architecture(enc: EncoderConfig, heads=PRETRAINING) -> str:
+    """The class this module writes for `heads` (a model with an embedding
+    projection is written as ELECTRA instead: checkpoint_export.py chooses)."""
+    return (mx.CLASS_PREFIX if mx.is_multihot(enc) else "Bert") + class_kind(heads)
 
 
-def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool = True,
+def write_hf_model(params: dict, enc: EncoderConfig, out_dir: str, heads=PRETRAINING,
                    dtype: str = "float32") -> list[str]:
     """Writes config.json + model.safetensors that transformers loads with no
-    custom code (multi-hot: with its remote code). With the pretraining heads
-    (the default) the architecture is BertForPreTraining, without BertModel."""
+    custom code (multi-hot: with its remote code): the encoder and `heads`, as
+    the class `architecture(enc, heads)` names."""
     import torch
     from safetensors.torch import save_file
     if dtype not in ("float32", "bfloat16"):
         raise KjaxError(f"--dtype {dtype!r}: choose float32 or bfloat16")
     os.makedirs(out_dir, exist_ok=True)
-    bert_config(enc, architecture(enc, with_heads), dtype).save_pretrained(out_dir)
+    bert_config(enc, architecture(enc, heads), dtype).save_pretrained(out_dir)
     if mx.is_multihot(enc):
         mx.write_remote_code(out_dir)
     torch_dtype = getattr(torch, dtype)
     tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(torch_dtype)
-               for k, v in params_to_state_dict(params, enc, with_heads).items()}
+               for k, v in params_to_state_dict(params, enc, heads).items()}
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     return sorted(tensors)
 
@@ -204,20 +229,31 @@ def jax_outputs(params: dict, enc: EncoderConfig, inputs: dict, shake=None) -> d
 
 
 def torch_outputs(model, inputs: dict, **kwargs) -> dict:
-    """The same four outputs from a transformers BertForPreTraining or BertModel."""
+    """The same outputs from a transformers BertForPreTraining (all four),
+    BertForMaskedLM (mlm_logits, hidden) or BertModel (hidden, pooled)."""
     import torch
     batch = {k: torch.as_tensor(np.asarray(v), dtype=torch.long) for k, v in inputs.items()}
     with torch.no_grad():
         if hasattr(model, "cls"):
             out = model(**batch, output_hidden_states=True, **kwargs)
             hidden = out.hidden_states[-1]
-            pooled = model.bert.pooler(hidden)
-            result = {"mlm_logits": out.prediction_logits, "nsp_logits":
-                      out.seq_relationship_logits, "hidden": hidden, "pooled": pooled}
+            result = {"hidden": hidden}
+            if hasattr(out, "seq_relationship_logits"):
+                result.update(mlm_logits=out.prediction_logits, pooled=model.bert.pooler(hidden),
+                              nsp_logits=out.seq_relationship_logits)
+            else:
+                result["mlm_logits"] = out.logits
         else:
             out = model(**batch, **kwargs)
             result = {"hidden": out.last_hidden_state, "pooled": out.pooler_output}
     return {k: v.float().numpy() for k, v in result.items()}
+
+
+def compared_outputs(heads) -> tuple[str, ...]:
+    """The outputs of a folder holding `heads` that come from written weights."""
+    return ("hidden", *(("pooled",) if "pooler" in heads else ()),
+            *(("mlm_logits",) if MLM_HEAD <= set(heads) else ()),
+            *(("nsp_logits",) if "nsp" in heads else ()))
 
 
 def sample_inputs(enc: EncoderConfig, batch: int = 2, length: int | None = None,
@@ -253,22 +289,25 @@ def max_abs_diffs(a: dict, b: dict, attention_mask) -> dict[str, float]:
     return diffs
 
 
-def verify_export(params: dict, enc: EncoderConfig, out_dir: str, with_heads: bool,
-                  dtype: str, tolerance: float = 1e-4) -> dict[str, float]:
-    """Loads the folder with transformers (fp32 compute) and compares it with
-    kjax on a random batch; bf16 exports are compared with bf16-rounded params."""
+def verify_export(params: dict, enc: EncoderConfig, out_dir: str, heads, dtype: str,
+                  tolerance: float = 1e-4) -> dict[str, float]:
+    """Loads the folder with transformers (fp32 compute), as the class it was
+    written as, and compares every output of its written weights with kjax on
+    a random batch; bf16 exports are compared with bf16-rounded params."""
     import jax
     import torch
-    from transformers import AutoModel, AutoModelForPreTraining
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining
     if dtype == "bfloat16":
         params = jax.tree.map(lambda x: np.asarray(torch.from_numpy(np.array(x, np.float32))
                                                    .bfloat16().float()), params)
-    loader = AutoModelForPreTraining if with_heads else AutoModel
+    loader = {"ForPreTraining": AutoModelForPreTraining, "ForMaskedLM": AutoModelForMaskedLM,
+              "Model": AutoModel}[class_kind(heads)]
     model = loader.from_pretrained(out_dir, dtype=torch.float32,   # our own remote code
                                    trust_remote_code=mx.is_multihot(enc)).eval()
     inputs = sample_inputs(enc)
-    diffs = max_abs_diffs(jax_outputs(params, enc, inputs), torch_outputs(model, inputs),
-                          inputs["attention_mask"])
+    compared = compared_outputs(heads)
+    want = {k: v for k, v in jax_outputs(params, enc, inputs).items() if k in compared}
+    diffs = max_abs_diffs(want, torch_outputs(model, inputs), inputs["attention_mask"])
     if max(diffs.values()) > tolerance:
         raise KjaxError(f"{out_dir}: transformers disagrees with kjax (max abs diff {diffs}); "
                         f"this is a kjax bug — report it with the config")

@@ -8,7 +8,7 @@ import os
 
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
-from kjax.objectives import objectives_title, reported_metrics
+from kjax.objectives import objectives_title, reported_metrics, trained_head_params
 
 EXAMPLE = "대한민국의 수도는 서울이다."
 MASKED = "대한민국의 수도는 [MASK]이다."
@@ -26,9 +26,11 @@ def _last_metrics(workdir: str) -> dict[str, dict]:
     return last
 
 
-def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool) -> list[str]:
+def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool,
+          new_pooler: bool = False) -> list[str]:
     """The card's code: load, encode, (with heads) predict masked tokens, and
-    the sequence-classification class to fine-tune. Lines of one python block."""
+    the sequence-classification class to fine-tune (`new_pooler`: the folder
+    has none, the classifier starts one). Lines of one python block."""
     model_remote = ", trust_remote_code=True" if multihot else ""
     tok_remote = ", trust_remote_code=True" if remote_tokenizer else ""
     lines = ["import torch",
@@ -74,7 +76,9 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
                   "    logits = mlm(**masked).logits[0, at]",
                   "print(tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist()))"]
     lines += ["",
-              "# Fine-tuning starts here: the encoder plus a new classification head",
+              "# Fine-tuning starts here: the encoder plus a new "
+              + ("pooler and classification head (no NSP: the pooler never trained)"
+                 if new_pooler else "classification head"),
               "classifier = AutoModelForSequenceClassification.from_pretrained(",
               f"    folder, num_labels=3{model_remote})",
               "with torch.no_grad():",
@@ -89,20 +93,31 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool)
 
 def write_model_card(config, workdir: str, out_dir: str, step: int, architecture: str,
                      with_heads: bool, dtype: str, tokenizer: dict,
-                     shown_as: str | None = None) -> str:
+                     shown_as: str | None = None, pooler: bool = True) -> str:
     """README.md: what was trained, on what, for how long, and how it ended
-    (`shown_as`: the folder's name in the usage lines, when written elsewhere).
-    Only the objectives the run's config turned on are named and reported."""
+    (`shown_as`: the folder's name in the usage lines, when written elsewhere;
+    `pooler`: whether the folder holds one). Only the objectives the run's
+    config turned on are named and reported, only heads that trained written."""
     m, d, t = config.model, config.data, config.train
     enc = EncoderConfig.from_config(m)
     multihot = mx.is_multihot(enc)
     trained = objectives_title(config)
+    # An MLM-only run's pooler (trained only by NSP) and NSP head are not written.
+    # (ELECTRA has no pooler to speak of.)
+    new_pooler = (not pooler and not enc.projects_embeddings
+                  and "pooler" not in trained_head_params(config))
     lines = ["---", "language: ko", "library_name: transformers", "tags: [bert, kjax, korean]",
              *(["pipeline_tag: fill-mask"] if with_heads else []),
              "---", f"# {config.name} (kjax export, step {step})", "",
              f"A BERT encoder pretrained with kjax ({trained}), exported at step {step} of "
              f"{t.num_steps} as {architecture} ({dtype})" + (
-                 ", with its pretraining heads." if with_heads else ", encoder only."),
+                 (", with its pretraining heads (MLM + NSP)."
+                  if architecture.endswith("ForPreTraining") else ", with its MLM head.")
+                 if with_heads else ", encoder only.") + (
+                 " NSP did not train, so neither its head nor the pooler is written: "
+                 "AutoModel and AutoModelForSequenceClassification load a newly initialised "
+                 "pooler (reported as such), which fine-tuning trains with the new head."
+                 if new_pooler else ""),
              "", "## Model",
              f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, FFN "
              f"{m.intermediate_size}, vocabulary {m.vocab_size}, max positions "
@@ -128,7 +143,8 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, architecture
         lines.append("")
     remote_tokenizer = config.tokenizer.scheme != "sentencepiece"
     lines += ["## Use", "```python",
-              *usage(shown_as or out_dir, multihot, remote_tokenizer, with_heads), "```", ""]
+              *usage(shown_as or out_dir, multihot, remote_tokenizer, with_heads, new_pooler),
+              "```", ""]
     if remote_tokenizer:
         lines += [f"The `{config.tokenizer.scheme}` tokenizer runs Kiwi through kjax's own "
                   f"code (`pip install kjax`), hence trust_remote_code.", ""]

@@ -32,8 +32,7 @@ def is_multihot(enc: EncoderConfig) -> bool:
     return input_mode(enc.input_mode).export_format == MODEL_TYPE
 
 
-def architecture(with_heads: bool) -> str:
-    return "KjaxMultihotForPreTraining" if with_heads else "KjaxMultihotModel"
+CLASS_PREFIX = "KjaxMultihot"   # + ForPreTraining / ForMaskedLM / Model (hf_export.class_kind)
 
 
 def multihot_config(bert_kwargs: dict, enc: EncoderConfig):

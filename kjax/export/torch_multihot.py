@@ -24,9 +24,11 @@ modeling_kjax_multihot.py and points config.json's auto_map at it, so
     AutoModelForSequenceClassification.from_pretrained(folder, num_labels=N,
                                                        trust_remote_code=True)
 
-load it (MaskedLM needs an export with --with-pretraining-heads; the
-classification head is new, for fine-tuning). It imports only torch and transformers (remote code must not need
-kjax). Shaking works as for BERT: `import kjax.export.torch_shake`, load with
+load it (AutoModelForPreTraining needs a run that trained NSP, whose export
+is KjaxMultihotForPreTraining; an MLM-only run's is KjaxMultihotForMaskedLM,
+with no pooler, so AutoModel and the classifier start a new one; the
+classification head is new, for fine-tuning). It imports only torch and
+transformers (remote code must not need kjax). Shaking works as for BERT: `import kjax.export.torch_shake`, load with
 attn_implementation="kjax_shake", pass `shake_matrix=B` [b, s, s] over positions.
 """
 from __future__ import annotations
@@ -151,8 +153,8 @@ class KjaxMultihotForPreTraining(BertForPreTraining):
 
 class KjaxMultihotForMaskedLM(BertForMaskedLM):
     """The multi-hot encoder with BERT's MLM head (decoder tied to E_tok): logits
-    per position (morpheme) over the token vocabulary. Loads the MLM head of an
-    export made with --with-pretraining-heads (cls.predictions.*). kjax trains
+    per position (morpheme) over the token vocabulary; no pooler. Loads the MLM
+    head (cls.predictions.*) of any export but --encoder-only. kjax trains
     it with the multi-target loss of Eq. 7–9, not computed here (no `labels`)."""
     config_class = KjaxMultihotConfig
 

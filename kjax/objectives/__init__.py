@@ -58,6 +58,12 @@ def objectives_title(config) -> str:
     return " + ".join(o.title for o in enabled(config))
 
 
+def trained_head_params(config) -> frozenset[str]:
+    """The model's params outside the encoder that the run's objectives
+    trained ("mlm_bias", "nsp", "pooler", ...): what an export may write."""
+    return frozenset(p for o in enabled(config) for p in o.head_params)
+
+
 def objective_weights(config) -> dict[str, float]:
     """Each objective's factor in the training loss: `kjax eval`'s "loss" sums
     the same way."""
@@ -100,4 +106,4 @@ def slots(batch: dict, config) -> dict:
 
 __all__ = ["OBJECTIVES", "METRIC_OBJECTIVE", "Objective", "check_config", "dummy_inputs",
            "enabled", "model_inputs", "objective_weights", "objectives_title", "pretraining_loss",
-           "reported_metrics", "slots"]
+           "reported_metrics", "slots", "trained_head_params"]

@@ -18,6 +18,9 @@ class Objective:
     label = ""                          # how reports name it ("MLM"); default `name`
     metrics: tuple[str, ...] = ()       # besides f"{name}_loss"
     auxiliary = False
+    # The model's params outside the encoder that only this objective's loss
+    # trains: an export writes a head only when its objective ran.
+    head_params: tuple[str, ...] = ()
 
     def enabled(self, config) -> bool:
         return True

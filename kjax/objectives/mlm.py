@@ -16,6 +16,7 @@ class MaskedLM(Objective):
     name = "mlm"
     label = "MLM"
     metrics = ("mlm_accuracy",)
+    head_params = ("mlm_transform", "mlm_layer_norm", "mlm_bias")
 
     def check(self, config, mode) -> None:
         loss = config.train.mlm_loss

@@ -2,7 +2,8 @@
 weight train.nsp_weight is > 0; at 0 (MLM-only pretraining, as RoBERTa and
 SHAKE) it is off, so neither computed nor reported (eval lines,
 metrics.jsonl, TensorBoard, `kjax eval`, the model card): a figure of an
-objective that did not train is no result. The loss is bit-identical either
+objective that did not train is no result, and `kjax export` writes
+neither its head nor the pooler (BertForMaskedLM). The loss is bit-identical either
 way (0 · nsp adds exact zeros). The modern recipe (model.arch=modern) has no
 NSP head: the objective is off and a weight > 0 is refused."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ class NextSentence(Objective):
     name = "nsp"
     label = "NSP"
     metrics = ("nsp_accuracy",)
+    head_params = ("pooler", "nsp")   # the pooled [CLS] feeds nothing else in pretraining
 
     def weight(self, config) -> float:
         return config.train.nsp_weight if self.enabled(config) else 0.0
