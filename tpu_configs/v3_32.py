@@ -8,7 +8,12 @@ state, no remat. The tokens of 1M steps × 128 (bert_base.py) in 250k steps.
       --config tpu_configs/v3_32.py --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v3-32"
 
-Expected — a PROJECTION, not a measurement (nobody here has a TPU): the step
+Compiled for a v3-32 as its 4 hosts would (`kjax compile --config
+tpu_configs/v3_32.py --topology v3-32`; libtpu 0.0.42.1, no TPU, 2026-11-26,
+`make tpu-check`): the train step needs 10.40 GiB per core of 16 (arguments
+1.24, temporaries 9.16): fits. The largest batch has not been searched yet.
+
+Throughput — a PROJECTION, not a measurement (nobody here has a TPU): the step
 is 302 GFLOP per example (kjax.train.step.flops_per_example, bidirectional
 attention counted); the slice's datasheet bf16 peak is 16 chips × 123 =
 1968 TFLOP/s. At the ~40 % MFU measured on CPU against the matmul peak

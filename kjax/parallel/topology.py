@@ -128,9 +128,12 @@ def topology_devices(topology: Topology) -> list:
              "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
     saved = {k: os.environ.get(k) for k in quiet}
     os.environ.update({k: v for k, v in quiet.items() if saved[k] is None})
+    # libtpu's "default" chip config shows each TensorCore as a device; v4's
+    # TPU VMs run megacore (one device per chip), which is "megacore" here.
+    chip_config = "megacore" if topology.chip.devices_per_chip == 1 else "default"
     try:
         desc = topologies.get_topology_desc(
-            platform="tpu", topology_name=topology.name, chip_config_name="default",
+            platform="tpu", topology_name=topology.name, chip_config_name=chip_config,
             chips_per_host_bounds=(2, 2, 1), num_slices=1)
     except Exception as e:  # noqa: BLE001 - libtpu's errors are not a stable type
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
