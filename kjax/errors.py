@@ -14,3 +14,22 @@ def import_extra(module: str, purpose: str, extra: str):
     except ImportError as e:
         raise KjaxError(f"{purpose} needs {module.split('.')[0]}, which cannot be imported "
                         f"({e}); install it with: pip install 'kjax[{extra}]'") from None
+
+
+def env_seconds(name: str, default: float, what: str, allow_zero: bool = False) -> float:
+    """A duration in seconds from the environment variable `name` (unset or
+    empty: `default`); anything but a number > 0 (≥ 0 with `allow_zero`) is
+    one line naming the variable, its value and `what` it sets."""
+    import math
+    import os
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 if allow_zero else value > 0):
+        raise KjaxError(f"{name}={text!r} is not a number of seconds "
+                        f"{'>= 0' if allow_zero else '> 0'} ({what}; default {default:.0f})")
+    return value

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from kjax.errors import KjaxError
+from kjax.errors import KjaxError, env_seconds
 
 LIMIT_ENV = "KJAX_STORE_OUTAGE_LIMIT"
 DEFAULT_LIMIT = 300.0
@@ -58,17 +58,8 @@ class StoreUnreachable(KjaxError):
 
 
 def limit() -> float:
-    text = os.environ.get(LIMIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_LIMIT
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise KjaxError(f"{LIMIT_ENV}={text!r} is not a number of seconds >= 0 (how long kjax "
-                        f"waits for an unreachable object store; default {DEFAULT_LIMIT:.0f})")
-    return value
+    return env_seconds(LIMIT_ENV, DEFAULT_LIMIT, "how long kjax waits for an unreachable "
+                       "object store", allow_zero=True)
 
 
 def _say(line: str) -> None:

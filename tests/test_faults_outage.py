@@ -182,3 +182,20 @@ def test_eval_export_prepare_end_in_one_line_when_the_store_is_away(prepared, tm
         (error,) = [line for line in said if line.startswith("kjax: error:")]
         assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for "), error
         assert said[0].startswith(f"kjax: warning: gs://{gcs.BUCKET} is unreachable"), said
+
+
+@pytest.mark.parametrize("name, value, shown", [
+    ("KJAX_STORE_OUTAGE_LIMIT", "5m", ">= 0"), ("KJAX_STORE_OUTAGE_LIMIT", "-1", ">= 0"),
+    ("KJAX_PEER_TIMEOUT", "0", "> 0"), ("KJAX_PEER_TIMEOUT", "nan", "> 0")])
+def test_a_bad_seconds_variable_is_one_line_naming_it(monkeypatch, name, value, shown):
+    from kjax.errors import KjaxError
+    from kjax.parallel.watchdog import peer_timeout
+    from kjax.store_outage import limit
+    read = {"KJAX_STORE_OUTAGE_LIMIT": limit, "KJAX_PEER_TIMEOUT": peer_timeout}[name]
+    monkeypatch.setenv(name, " 2.5 ")
+    assert read() == 2.5
+    monkeypatch.setenv(name, "")
+    assert read() == {"KJAX_STORE_OUTAGE_LIMIT": 300.0, "KJAX_PEER_TIMEOUT": 60.0}[name]
+    monkeypatch.setenv(name, value)
+    with pytest.raises(KjaxError, match=rf"^{name}='{value}' is not a number of seconds {shown} "):
+        read()

@@ -102,12 +102,24 @@ def test_probabilities_are_the_mlm_head_run_by_hand(trained, capsys):
     assert "[MASK] 2 of 2" in table and "(step 4;" in table and "word boundary" in table
 
 
+def assert_pipeline_answers_as_kjax(out: str, tmp, run: str) -> None:
+    """transformers' pipeline("fill-mask") on the exported folder gives the
+    same top-5 pieces and probabilities as `kjax fill-mask` on the checkpoint."""
+    import torch
+    from transformers import pipeline
+    text = "모든 국민[MASK] 법 앞에 평등하다."
+    answers = pipeline("fill-mask", model=out, dtype=torch.float32)(text, top_k=5)
+    (found,), = fm.FillMask(tiny_config(tmp), run).predict([text], top_k=5)
+    assert [a["token_str"].replace(" ", "") for a in answers] == [a.text for a in found]
+    np.testing.assert_allclose([a["score"] for a in answers], [a.probability for a in found],
+                               rtol=1e-4, atol=1e-6)
+
+
 def test_exported_folder_answers_through_the_transformers_pipeline(trained, tmp_path, capsys):
     """`kjax export` (default: with the pretraining heads) → pipeline("fill-mask"):
     no weight newly initialised, the same top-k pieces and probabilities as
     `kjax fill-mask` on the checkpoint."""
-    import torch
-    from transformers import AutoModel, AutoModelForMaskedLM, pipeline
+    from transformers import AutoModel, AutoModelForMaskedLM
     tmp, run = trained
     out = str(tmp_path / "hf")
     assert main(["export", "--workdir", run, "--out", out]) == 0
@@ -116,12 +128,7 @@ def test_exported_folder_answers_through_the_transformers_pipeline(trained, tmp_
     assert not info["missing_keys"], info
     _, info = AutoModel.from_pretrained(out, output_loading_info=True)
     assert not info["missing_keys"], info
-    text = "모든 국민[MASK] 법 앞에 평등하다."
-    answers = pipeline("fill-mask", model=out, dtype=torch.float32)(text, top_k=5)
-    (found,), = fm.FillMask(tiny_config(tmp), run).predict([text], top_k=5)
-    assert [a["token_str"].replace(" ", "") for a in answers] == [a.text for a in found]
-    np.testing.assert_allclose([a["score"] for a in answers], [a.probability for a in found],
-                               rtol=1e-4, atol=1e-6)
+    assert_pipeline_answers_as_kjax(out, tmp, run)
     card = open(f"{out}/README.md", encoding="utf-8").read()
     assert "pipeline(\"fill-mask\", model=folder)" in card and "pipeline_tag: fill-mask" in card
 
@@ -133,9 +140,8 @@ def test_an_mlm_only_export_is_a_masked_lm_with_no_untrained_weight(trained, tmp
     and whose fill-mask answers are `kjax fill-mask`'s. (The export asks the
     config's objectives; this checkpoint's recorded config trained NSP, so the
     MLM-only config is given with --config.)"""
-    import torch
     from safetensors import safe_open
-    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification, pipeline
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
     from conftest import DEMO_CONFIG, tiny_overrides
     from test_export import run_model_card
     tmp, run = trained
@@ -159,12 +165,7 @@ def test_an_mlm_only_export_is_a_masked_lm_with_no_untrained_weight(trained, tmp
                                                                  output_loading_info=True)
     assert {k.rsplit(".", 1)[0] for k in info["missing_keys"]} == {"bert.pooler.dense",
                                                                     "classifier"}, info
-    text = "모든 국민[MASK] 법 앞에 평등하다."
-    answers = pipeline("fill-mask", model=out, dtype=torch.float32)(text, top_k=5)
-    (found,), = fm.FillMask(tiny_config(tmp), run).predict([text], top_k=5)
-    assert [a["token_str"].replace(" ", "") for a in answers] == [a.text for a in found]
-    np.testing.assert_allclose([a["score"] for a in answers], [a.probability for a in found],
-                               rtol=1e-4, atol=1e-6)
+    assert_pipeline_answers_as_kjax(out, tmp, run)
     card = open(f"{out}/README.md", encoding="utf-8").read()
     assert "pretrained with kjax (MLM)" in card and "as BertForMaskedLM" in card
     assert "neither its head nor the pooler is written" in card and "| nsp_" not in card

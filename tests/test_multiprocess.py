@@ -2,7 +2,9 @@
 4 fake CPU devices each) against the single-process 8-device run; then
 SIGTERM to one process mid-run: both save the same step and exit cleanly,
 and the resumed run ends bit-identical to an uninterrupted one; then a
-damaged newest step, which both processes refuse and fall back from."""
+damaged newest step, which both processes refuse and fall back from; then
+one process SIGKILLed mid-run, and one dying while it saves: the other stops
+in bounded time with one line, and the restart is bit-exact."""
 import json
 import os
 import signal
@@ -34,10 +36,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(prepared, workdir, logdir, tag: str) -> list:
+def launch(prepared, workdir, logdir, tag: str, die_saving: int | None = None) -> list:
     """Both processes of one run, each told its role only by the environment
     (what kjax.parallel.mesh.maybe_initialize_distributed reads). Later runs
-    reuse the first one's executables from a persistent compilation cache."""
+    reuse the first one's executables from a persistent compilation cache.
+    `die_saving`: process 1 SIGKILLs itself while saving that step."""
     port, procs = free_port(), []
     for i in range(2):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4",
@@ -47,7 +50,9 @@ def launch(prepared, workdir, logdir, tag: str) -> list:
                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": ROOT,
                "KJAX_PEER_TIMEOUT": str(PEER_TIMEOUT)}
         log = open(os.path.join(logdir, f"{tag}-{i}.log"), "w")
-        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+        kjax = [sys.executable, "-m", "kjax.cli"] if die_saving is None or i == 0 else \
+            [sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"), str(die_saving)]
+        cmd = [*kjax, "train", "--config", DEMO_CONFIG,
                "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        cwd=ROOT), log))
@@ -174,7 +179,6 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
     process 0 stops within KJAX_PEER_TIMEOUT with one line naming process 1
     (not in a collective forever, not with jax's abort), exit code 69; both
     started again end bit-identical to the uninterrupted run."""
-    from kjax.parallel.watchdog import PEER_LOST_EXIT
     straight, logdir = straight_run
     killed = str(tmp_path / "killed")
     procs = launch(prepared, killed, logdir, "killed")
@@ -185,32 +189,74 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
             assert time.monotonic() < deadline, "step 10 was not saved in time"
             time.sleep(0.02)
         procs[1][0].kill()
-        at = time.monotonic()
-        code = procs[0][0].wait(timeout=PEER_TIMEOUT + 60)
-        stopped_after = time.monotonic() - at
+        stopped_after = survivor_stops(procs, time.monotonic())
     finally:
         finish(procs, time.monotonic() + 10)
-    out = logs(logdir, "killed")[0]
-    print(f"\nprocess 0 exited {code} {stopped_after:.1f} s after process 1 was killed")
-    assert code == PEER_LOST_EXIT, f"{code}:\n{out[-3000:]}"
-    assert PEER_TIMEOUT - 3 <= stopped_after < PEER_TIMEOUT + 60, stopped_after
+    saved = assert_lost_peer_line_and_restart_is_bit_exact(prepared, killed, logdir, "killed",
+                                                           straight)
+    print(f"\nprocess 1 killed after step {saved[-1]} was saved: process 0 exited "
+          f"after {stopped_after:.1f} s (KJAX_PEER_TIMEOUT={PEER_TIMEOUT}); "
+          f"the restart ended bit-identical")
+
+
+@pytest.mark.slow
+def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exact(
+        prepared, tmp_path, straight_run):
+    """Process 1 SIGKILLs itself in the middle of saving step 20 (its arrays
+    written, its part not committed; tests/die_during_save.py): process 0,
+    waiting for it to commit, stops within KJAX_PEER_TIMEOUT with the same
+    line; step 20 is never committed, and both started again resume from
+    step 10 and end bit-identical to the uninterrupted run."""
+    straight, logdir = straight_run
+    died = str(tmp_path / "died")
+    procs = launch(prepared, died, logdir, "died", die_saving=20)
+    try:
+        assert procs[1][0].wait(timeout=TIMEOUT) == -signal.SIGKILL, \
+            logs(logdir, "died")[1][-3000:]
+        stopped_after = survivor_stops(procs, time.monotonic())
+    finally:
+        finish(procs, time.monotonic() + 10)
+    assert "SIGKILL while saving step 20" in logs(logdir, "died")[1]
+    saved = assert_lost_peer_line_and_restart_is_bit_exact(prepared, died, logdir, "died",
+                                                           straight)
+    assert saved == [10], saved   # step 20 was being saved: never committed
+    print(f"\nprocess 1 died saving step 20: process 0 exited after {stopped_after:.1f} s; "
+          f"the restart from step 10 ended bit-identical")
+
+
+def survivor_stops(procs, at: float) -> float:
+    """Seconds from `at` (process 1 gone) until process 0 exits, asserting its code."""
+    from kjax.parallel.watchdog import PEER_LOST_EXIT
+    code = procs[0][0].wait(timeout=PEER_TIMEOUT + 60)
+    stopped_after = time.monotonic() - at
+    print(f"\nprocess 0 exited {code} {stopped_after:.1f} s after process 1 was gone")
+    assert code == PEER_LOST_EXIT, code
+    assert stopped_after < PEER_TIMEOUT + 60, stopped_after
+    return stopped_after
+
+
+def assert_lost_peer_line_and_restart_is_bit_exact(prepared, workdir, logdir, tag,
+                                                   straight) -> list[int]:
+    """Process 0's one line, no traceback, then the same command on both
+    processes ends bit-identical to `straight`; returns the steps that were
+    committed before the restart."""
+    out = logs(logdir, tag)[0]
     (line,) = [x for x in out.splitlines() if x.startswith("kjax: error:")]
-    assert line.startswith("kjax: error: process 1 of 2 stopped responding (no sign of life for ")
+    assert line.startswith("kjax: error: process 1 of 2 stopped responding ("), line
     assert "Restart all 2 processes with the same command" in line
     assert "Traceback" not in out and "Check failure" not in out, out[-3000:]
-    saved = sorted(int(d) for d in os.listdir(os.path.join(killed, "checkpoints")) if d.isdigit())
+    saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
+                   if d.isdigit())
     assert saved and saved[-1] < STEPS, saved
 
-    run_two(prepared, killed, logdir, "after-kill")
+    run_two(prepared, workdir, logdir, f"after-{tag}")
     config = tiny_config(prepared, **EXTRA)
     (s_state, s_data), (k_state, k_data) = final_params(config, straight), final_params(config,
-                                                                                        killed)
+                                                                                        workdir)
     assert int(k_state["step"]) == STEPS and s_data == k_data
     for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(k_state)):
         assert np.array_equal(a, b)
-    print(f"\nprocess 1 killed after step {saved[-1]} was saved: process 0 exited "
-          f"{PEER_LOST_EXIT} after {stopped_after:.1f} s (KJAX_PEER_TIMEOUT={PEER_TIMEOUT}); "
-          f"the restart ended bit-identical")
+    return saved
 
 
 def test_sigterm_saves_at_that_step_and_restores_the_handler(prepared, tmp_path, monkeypatch):
@@ -273,7 +319,9 @@ def test_a_tensor_axis_across_hosts_is_refused_in_one_line(tmp_path):
                "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2",
                "JAX_PROCESS_ID": str(i), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
                "PYTHONPATH": ROOT}
-        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
+        kjax = [sys.executable, "-m", "kjax.cli"] if die_saving is None or i == 0 else \
+            [sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"), str(die_saving)]
+        cmd = [*kjax, "train", "--config", DEMO_CONFIG,
                "--workdir", str(tmp_path / "run"), *tiny_overrides(str(tmp_path)), *overrides]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))

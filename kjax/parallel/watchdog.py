@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 
-from kjax.errors import KjaxError
+from kjax.errors import env_seconds
 
 TIMEOUT_ENV = "KJAX_PEER_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
@@ -42,17 +42,7 @@ DONE = "done"
 
 
 def peer_timeout() -> float:
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise KjaxError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0 (how long a "
-                        f"silent process is waited for; default {DEFAULT_TIMEOUT:.0f})")
-    return value
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, "how long a silent process is waited for")
 
 
 class Watchdog(threading.Thread):
