@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check tpu-check-all clean
+.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -75,11 +75,7 @@ $(TPU_VENV)/.installed: setup.py
 	touch $@
 
 tpu-check: $(TPU_VENV)/.installed
-	$(TPU_VENV)/bin/python .ci/tpu_check.py --set ci $(TPU_CHECK_ARGS)
-
-# Every preset of tpu_configs/ (BERT-base-sized ones: ~5 CPU-minutes each).
-tpu-check-all: $(TPU_VENV)/.installed
-	$(TPU_VENV)/bin/python .ci/tpu_check.py --set all $(TPU_CHECK_ARGS)
+	$(TPU_VENV)/bin/python .ci/tpu_check.py $(TPU_CHECK_ARGS)
 
 clean:
 	rm -rf runs build *.egg-info

@@ -1,17 +1,19 @@
 """Every TPU preset compiled for a slice it is meant for, with libtpu and no
 TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
 
-    python .ci/tpu_check.py                 # CI's cases (one process)
-    python .ci/tpu_check.py --set all       # every preset (CASES)
-    python .ci/tpu_check.py --set all --only v3_8,shake --fit-batch
+    python .ci/tpu_check.py                          # every case, as CI
+    python .ci/tpu_check.py --only v3_8,shake --fit-batch --jobs 1
 
 One topology per preset family: the four slice presets on their own slice
 (v3_32 also on a v3-128, 16 hosts), every model preset on a v3-8 (8 cores,
 16 GiB each: the smallest slice the thesis used), and the features that
-change the compiled program: SHAKE's B dense and as pairs, the flash
-kernel, multi-hot input with the knowledge heads (mbert_*, uknowbert_*),
-packing. A case that does not fit, or fails to compile, fails the check.
-Prints the Markdown table docs/TPU.md and the presets' headers quote.
+change the compiled program on a small model: SHAKE's B dense and as
+pairs, the flash kernel, packing (multi-hot input with the knowledge heads:
+mbert_*, uknowbert_*). Two refusals keep the out-of-memory path honest. A
+case that does not fit, fails to compile, or fits where XLA should refuse
+fails the check. Programs that are the same up to constants (the SHAKE
+variants' bf) compile once (kjax.pretrain.aot.compile_step). Prints the
+Markdown table docs/TPU.md and the presets' headers quote.
 """
 from __future__ import annotations
 
@@ -26,34 +28,22 @@ SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=d
 FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
                "model.attention_impl=flash", "model.attention_dropout_rate=0.0"]
 PACKING = ["train.packing=true"]
+HUGE_BATCH = ["train.batch_size=1048576"]
 MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "mbert_s", "mbert_b",
           "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r", "uknowbert_w",
           "roberta_small_shake", "shake_baseline", "shake_pos_plus", "shake_pos_minus",
           "shake_random", "shake_shared_position", "shake_merged", "modern_small",
           "modern_base"]
-# (preset, topology, overrides, what the case adds, fits): the last case must be
-# refused by XLA (RESOURCE_EXHAUSTED), which keeps the out-of-memory path honest.
-CASES = [("v3_8", "v3-8", [], "", True),
-         ("v3_8", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
-         ("v3_8", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
-         ("v2_8", "v2-8", [], "", True), ("v3_32", "v3-32", [], "4 hosts", True),
-         ("v3_32", "v3-128", ["mesh.data=128"], "16 hosts", True), ("v4_8", "v4-8", [], "", True),
+# (preset, topology, overrides, what the case adds, whether XLA must accept it)
+CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
+         ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
+         ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
+         ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
          ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
-         ("modern_base", "v3-8", PACKING, "packing", True)] + \
+         ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
+         ("bert_s", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+         ("modern_small", "v3-8", PACKING, "packing", True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
-# What CI compiles (make tpu-check; budget ≤ 25 min on 2 cores): the four slice
-# presets on their slices (4 hosts: v3_32), 16 hosts and XLA's refusal with the
-# tiny demo model, and every feature that changes the program on a small model.
-# `make tpu-check-all` runs CASES (every preset; ~5 CPU-minutes per BERT-base).
-HUGE_BATCH = ["train.batch_size=1048576"]
-CI_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
-            ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
-            ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
-            ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
-            ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
-            ("bert_s", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
-            ("uknowbert_s", "v3-8", [], "multi-hot, knowledge heads", True),
-            ("modern_small", "v3-8", PACKING, "packing", True)]
 
 
 CACHE = {}   # StableHLO → result: presets whose programs are identical compile once
@@ -89,41 +79,84 @@ def row(preset, overrides, note, report) -> str:
             f"{report['hbm_bytes'] / GIB:.0f} | {verdict} | {largest} |")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--set", choices=("ci", "all"), default="ci",
-                    help="ci: the cases CI compiles (default); all: every preset")
-    ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
-    ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
-    ap.add_argument("--list", action="store_true", help="list the cases and exit")
-    args = ap.parse_args()
-    wanted = [w for w in args.only.split(",") if w]
-    cases = [c for c in (CI_CASES if args.set == "ci" else CASES)
-             if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
-    if args.list:
-        print("\n".join(f"{c[0]} {c[1]} {' '.join(c[2])}" for c in cases))
-        return 0
+def run_group(cases, fit: bool) -> list[tuple[str, str | None]]:
+    """(table row, failure or None) for each case, in one process: cases that
+    may share a program (compile_step's cache) run in the same one."""
     from kjax.errors import KjaxError
-    print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
-          "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |", flush=True)
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
-    failed, start = [], time.perf_counter()
+    out = []
     for preset, topology, overrides, note, expected in cases:
         print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
         try:
-            report = run_case(preset, topology, overrides, args.fit_batch)
+            report = run_case(preset, topology, overrides, fit)
         except KjaxError as e:
-            failed.append(f"{preset} ({note or topology}): {e}")
-            print(f"| {preset} {note} | {topology} | | | | | | | | | **error**: {e} | |", flush=True)
+            out.append((f"| {preset} {note} | {topology} | | | | | | | | | **error**: {e} | |",
+                        f"{preset} ({note or topology}): {e}"))
             continue
-        print(row(preset, overrides, note, report), flush=True)
         fits = report["steps"]["train"].fits
-        if fits != expected:
-            failed.append(f"{preset} ({note or topology}) " + ("does not fit" if expected else
-                          "fits, but XLA was expected to refuse it (RESOURCE_EXHAUSTED)"))
-    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s "
-          f"({time.process_time():.0f} CPU s)", flush=True)
+        failure = None if fits == expected else (
+            f"{preset} ({note or topology}) " + ("does not fit" if expected else
+                                                 "fits, but XLA was expected to refuse it "
+                                                 "(RESOURCE_EXHAUSTED)"))
+        out.append((row(preset, overrides, note, report), failure))
+    return out
+
+
+def share(case) -> str:
+    """Cases whose programs may be the same (up to constants) share a process."""
+    preset, topology, overrides = case[:3]
+    if "shake" in preset and not overrides:
+        return "shake"
+    return "bert_base" if preset in ("v3_8", "bert_base") and not overrides else repr(case)
+
+
+def weight(case) -> float:
+    """A compile's rough cost: it grows with the layers' matrices and the rows per device."""
+    from kjax.config import load_config
+    preset, topology, overrides = case[:3]
+    c = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
+                    [f"--config.{o}" for o in overrides])
+    generation, cores = topology[1:].split("-")
+    devices = int(cores) // (1 if generation in "23" else 2)   # v4 on: a device per chip
+    rows = min(c.train.batch_size // devices, 1 << 12)
+    return c.model.num_layers * c.model.hidden_size ** 2 * rows * c.data.max_seq_len
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
+    ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="compiles at once (XLA compiles a program on one core; default: "
+                    "the machine's cores)")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = ap.parse_args()
+    wanted = [w for w in args.only.split(",") if w]
+    cases = [c for c in CASES if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
+    if args.list:
+        print("\n".join(f"{c[0]} {c[1]} {' '.join(c[2])}" for c in cases))
+        return 0
+    groups: dict[str, list] = {}
+    for case in cases:
+        groups.setdefault(share(case), []).append(case)
+    groups = dict(sorted(groups.items(), key=lambda kv: -sum(map(weight, kv[1]))))  # big first
+    start = time.perf_counter()
+    import concurrent.futures
+    import multiprocessing
+    with concurrent.futures.ProcessPoolExecutor(
+            max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = {id(c): r for g, rs in zip(groups.values(), pool.map(
+            run_group, groups.values(), [args.fit_batch] * len(groups))) for c, r in zip(g, rs)}
+    print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
+          "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    failed = []
+    for case in cases:
+        text, failure = done[id(case)]
+        print(text)
+        failed += [failure] if failure else []
+    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s on {args.jobs} "
+          f"process(es)", flush=True)
     for f in failed:
         print(f"tpu-check: FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

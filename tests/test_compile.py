@@ -71,37 +71,59 @@ def test_compile_local_reports_train_and_eval_memory(tmp_path, capsys):
     assert "roofline" not in report   # no chip peak for a CPU
 
 
-def _scripted(limit: int, fixed: int, per_row: int, calls: list):
-    """A compiler whose peak is fixed + per_row · batch and that refuses above `limit`."""
+def _scripted(limit: int, fixed: int, per_row: int, calls: list, sizes: bool = True):
+    """A compiler whose temporaries are fixed + per_row · batch and that refuses
+    above `limit`, naming the sizes as XLA's TPU verdict does (or not)."""
     def compile_step(config, devices, step="train", cache=None):
         b = config.train.batch_size
-        calls.append(b)
-        peak = fixed + per_row * b
-        if peak > limit:
-            return aot.StepCompile(step, b, 1.0, False, error="RESOURCE_EXHAUSTED: scripted")
-        return aot.StepCompile(step, b, 1.0, True, peak=peak)
+        temps = fixed + per_row * b
+        calls.append((b, temps <= limit))
+        if temps > limit:
+            error = (f"RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required "
+                     f"for HLO temporaries ({temps / 2**30:.4f}G) exceeds available HBM "
+                     f"({limit / 2**30:.4f}G)." if sizes else "RESOURCE_EXHAUSTED: scripted")
+            return aot.StepCompile(step, b, 1.0, False, error=error)
+        return aot.StepCompile(step, b, 1.0, True, temporaries=temps, peak=temps + 7)
     return compile_step
 
 
-@pytest.mark.parametrize("limit_rows, start", [(37, 16), (100, 16), (9, 16), (16, 16)])
+@pytest.mark.parametrize("sizes", [True, False], ids=["verdict-names-sizes", "bisection"])
+@pytest.mark.parametrize("limit_rows, start", [(37, 16), (100, 16), (9, 16), (16, 16),
+                                               (1000, 16), (3, 16), (0, 16)])
 def test_fit_batch_finds_the_largest_batch_that_compiles(tmp_path, monkeypatch, limit_rows,
-                                                         start):
-    """Batch searched in rows per batch shard (8 shards here); the scripted
-    XLA limit is a little under the HBM figure, as the real one is."""
+                                                         start, sizes):
+    """Batch searched in rows per batch shard (8 shards here), the limit a
+    little above the last fitting row. When XLA's refusals name the bytes
+    needed, at most two compiles fit (the dear ones) and six in all."""
     import jax
     calls = []
-    fixed, per = 1000, 10
-    monkeypatch.setattr(aot, "compile_step",
-                        _scripted(fixed + per * 8 * limit_rows, fixed, per, calls))
+    fixed, per = 2**30, 2**20
+    monkeypatch.setattr(aot, "compile_step", _scripted(fixed + per * 8 * limit_rows + 55, fixed,
+                                                       per, calls, sizes))
     config = tiny_config(tmp_path, **{"train.batch_size": 8 * start})
     first = aot.compile_step(config, jax.devices())
     calls.clear()
-    largest, failing, seen = aot.fit_batch(config, jax.devices(), first,
-                                           hbm_bytes=fixed + per * 8 * limit_rows + 55,
-                                           budget=8, progress=lambda m: None)
-    assert largest == 8 * limit_rows
-    assert failing is None or failing > largest
-    assert len(calls) <= 8
+    largest, failing, seen = aot.fit_batch(config, jax.devices(), first, hbm_bytes=2**34,
+                                           budget=12, progress=lambda m: None)
+    assert largest <= 8 * limit_rows < failing and seen[failing].fits is False
+    if sizes or limit_rows <= 100:   # bisection alone: as close when the budget allows
+        # exact up to 32 rows per shard, then to within 1/32
+        assert failing // 8 - largest // 8 <= max(1, largest // 8 // 32), (largest, failing)
+    assert set(seen) == {8 * start} | {b for b, _ in calls}
+    if sizes:
+        assert sum(fits for _, fits in calls) <= 2 and len(calls) <= 6, calls
+    else:
+        assert len(calls) <= 12, calls
+
+
+def test_xla_refusals_give_the_bytes_they_needed():
+    assert aot.required_temporaries(
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (28.03G) exceeds available HBM (15.48G).") == (int(28.03 * 2**30),
+                                                                    int(15.48 * 2**30))
+    assert aot.required_temporaries("Ran out of memory in memory space hbm. Used 20.15G of "
+                                    "15.48G hbm.") == (int(20.15 * 2**30), int(15.48 * 2**30))
+    assert aot.required_temporaries("RESOURCE_EXHAUSTED: out of memory") == (None, None)
 
 
 def test_not_fitting_is_one_line_naming_what_to_change(tmp_path, monkeypatch, capsys):
@@ -172,6 +194,13 @@ def test_the_same_program_is_compiled_once(tmp_path):
     other = aot.compile_step(aot.with_overrides(config, **{"train.batch_size": 32}),
                              jax.devices(), "eval", cache)
     assert other.same_as == "" and len(cache) == 2
+    # SHAKE's bf per layer is a constant in the program: another value, the
+    # same buffers (compiled once); bf = 0 may be folded away (compiled)
+    shaken = {"model.shake_factor": 0.3, "shake.variant": "random"}
+    plus = aot.compile_step(aot.with_overrides(config, **shaken), jax.devices(), "eval", cache)
+    minus = aot.compile_step(aot.with_overrides(config, **{**shaken, "model.shake_factor": -0.2}),
+                             jax.devices(), "eval", cache)
+    assert plus.same_as == "" and minus.same_as == config.name and len(cache) == 3
 
 
 def test_xla_out_of_memory_message_is_kept_to_its_first_sentence():

@@ -81,13 +81,16 @@ def last_step_text(step: int | None) -> str:
             else "no checkpoint was completed yet")
 
 
-_TS_UNREACHABLE = re.compile(r"UNAVAILABLE|DEADLINE_EXCEEDED")
+# TensorStore's words for a store it could not reach (its GCS driver's retries
+# spent): the status, or, for a write, ABORTED with curl's connection error.
+_TS_UNREACHABLE = re.compile(r"UNAVAILABLE|DEADLINE_EXCEEDED|retry attempts failed: CURL error "
+                             r"(?:Could not connect|Couldn't connect|Timeout|Failure when)")
 
 
 def unreachable_error(exc: BaseException, path: str,
                       last_step: int | None) -> store_outage.StoreUnreachable | None:
     """An object store that stayed unreachable past the limit (kjax's own
-    retries gave up, or TensorStore's, sized to the same limit, did), naming
+    retries gave up, or TensorStore's, sized to twice the limit, did), naming
     the last complete checkpoint; None for any other error."""
     error = store_outage.unreachable_in(exc)
     if error is None and "://" in path:
@@ -151,12 +154,14 @@ def check_writable(directory: str, last_step: int | None = None) -> None:
 def size_tensorstore_retries() -> None:
     """TensorStore's GCS driver (orbax's array bytes) retries on its own, by
     default 32 times with up to 32 s between tries (a quarter of an hour):
-    sized here to kjax's outage limit (kjax/store_outage.py), so an array write
-    gives up when kjax's own requests do. orbax builds every TensorStore
+    sized here to twice kjax's outage limit (kjax/store_outage.py), so an
+    array write gives up soon after kjax's own requests do, never first. orbax builds every TensorStore
     context from these two dicts (no public option for it)."""
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
-    budget = store_outage.limit()
-    longest = min(32.0, max(1.0, budget / 4))
+    # Twice the limit: TensorStore may meet an outage well before kjax's own
+    # requests do (its clock starts then), and kjax's limit is what ends the run.
+    budget = 2 * store_outage.limit()
+    longest = min(32.0, max(1.0, budget / 8))
     tries, waited, delay = 0, 0.0, 1.0
     while waited < budget:
         waited, delay, tries = waited + min(delay, longest), delay * 2, tries + 1

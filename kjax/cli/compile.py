@@ -31,7 +31,8 @@ def register(verbs, add_config) -> None:
                    help="v2-8, v3-8, v3-32, v4-8, ... (accelerator type), v3:4x4 (chip grid) "
                    "or local (this host's devices)")
     p.add_argument("--fit-batch", action="store_true",
-                   help="also find the largest global batch that compiles (≤ 4 more compiles)")
+                   help="also find the largest global batch that compiles, to within "
+                   "1/32 (≤ 8 more compiles; those XLA refuses take seconds)")
     p.add_argument("--no-eval", action="store_true", help="compile the train step only")
     p.add_argument("--no-roofline", action="store_true",
                    help="skip the roofline (saves two small compiles for a scanned encoder)")

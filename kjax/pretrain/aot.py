@@ -101,13 +101,17 @@ def compile_step(config, devices, step: str = "train", cache: dict | None = None
     """Compile one step; an out-of-memory verdict is a result (fits=False),
     any other failure an error. With `cache`, a program already compiled for
     the same devices (the same StableHLO: presets that differ only in data,
-    e.g. B's sign) is not compiled again: its result is returned, 0 s."""
+    e.g. B's sign) is not compiled again: its result is returned, 0 s. So
+    is one that differs only in the value of a floating-point constant (SHAKE's
+    bf per layer: shake_pos_plus, _minus and _random), whose buffers, and so
+    memory, are the same (0 and ±1, which XLA may fold away, are kept)."""
     start = time.perf_counter()
     lowered = lower(config, devices, step)
     key = None
     if cache is not None:
         import hashlib
-        key = (hashlib.sha256(lowered.as_text().encode()).hexdigest(), len(devices),
+        program = _FLOAT_CONSTANT.sub(r"\1·\3", lowered.as_text())
+        key = (hashlib.sha256(program.encode()).hexdigest(), len(devices),
                devices[0].device_kind, config.train.batch_size)
         if key in cache:
             return dataclasses.replace(cache[key], seconds=time.perf_counter() - start)
@@ -115,6 +119,11 @@ def compile_step(config, devices, step: str = "train", cache: dict | None = None
     if key is not None:
         cache[key] = dataclasses.replace(result, same_as=config.get("name", "") or "?")
     return result
+
+
+# a splat floating-point constant in StableHLO, other than 0 and ±1
+_FLOAT_CONSTANT = re.compile(r"(stablehlo\.constant dense<)(?!-?(?:0\.0+|1\.0+)e\+00>)"
+                             r"(-?\d\.\d+e[+-]\d+)(> : tensor<[\dx]*(?:bf16|f16|f32|f64)>)")
 
 
 def _compile(lowered, config, step: str, start: float) -> StepCompile:
@@ -148,41 +157,83 @@ def batch_shards(config, num_devices: int) -> int:
     return data * fsdp
 
 
-def fit_batch(config, devices, first: StepCompile, hbm_bytes: int, budget: int = 4,
+def required_temporaries(error: str) -> tuple[int | None, int | None]:
+    """(temporaries required, bytes available) from XLA's out-of-memory verdict
+    ("... HLO temporaries (28.03G) exceeds available HBM (15.48G)" or "Used
+    20.15G of 15.48G hbm"), or (None, None) when it names no sizes."""
+    m = _REQUIRED.search(error)
+    if not m:
+        return None, None
+    return tuple(int(float(v) * _UNITS[u.upper()]) for v, u in (m.group(1, 2), m.group(3, 4)))
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_REQUIRED = re.compile(r"\(?([\d.]+)([KMGT])\)?\s*(?:exceeds? available HBM|of)\s*\(?"
+                       r"([\d.]+)([KMGT])", re.I)
+
+
+def fit_batch(config, devices, first: StepCompile, hbm_bytes: int, budget: int = 8,
               progress=print) -> tuple[int, int | None, dict]:
     """The largest global batch whose train step compiles (XLA's verdict),
-    searched in rows per batch shard with at most `budget` more compiles:
-    a line through two fitting sizes predicts the limit (peak is linear in
-    the batch), doubling finds a failing size, bisection closes the gap.
-    Returns (largest fitting global batch (0: none), smallest failing one
-    (None: none compiled), {global batch: StepCompile})."""
+    in rows per batch shard, to within 1/32 of itself (exact up to 32 rows),
+    with at most `budget` more compiles.
+
+    A compile that fits is dear (it generates the whole program); one that
+    XLA refuses is cheap (seconds) and names the temporaries it needed and
+    the bytes it had (near the limit it may try for minutes). Those two figures come from one accounting (a fitting
+    program's memory_analysis counts differently: above the "available"
+    figure on a v3), so the search steers by refusals alone: it probes 64×
+    the largest fitting size, then a quarter beyond where the needed bytes,
+    if proportional to the rows, would fit, then compiles where the line
+    through the two smallest refused sizes meets the limit. Refused guesses close
+    in from above, cheaply; a fitting one is followed by steps of 1/32,
+    doubling, and bisection once bracketed (also when the verdicts name no
+    sizes). Returns (largest fitting global batch (0: none), smallest
+    refused one (None: none compiled), {global batch: StepCompile})."""
     shards = batch_shards(config, len(devices))
     procs = len({d.process_index for d in devices})
     unit = shards * procs // _gcd(shards, procs)   # rows divisible by shards and processes
-    seen = {first.batch_size // unit: first}
+    seen = {max(1, first.batch_size // unit): first}
+    step = 0   # > 0: stepping up from a fitting guess
     for _ in range(budget):
-        fit = sorted(r for r, s in seen.items() if s.fits)
-        fail = sorted(r for r, s in seen.items() if not s.fits)
-        lo, hi = (fit[-1] if fit else 0), (fail[0] if fail else None)
-        if hi is not None:          # bracketed: bisect (none below 1 row)
-            guess = (lo + hi) // 2 if lo else hi // 2
-            if guess <= lo or guess < 1:
-                break
-        elif len(fit) >= 2:         # the line through the two largest fitting sizes
-            (r1, s1), (r2, s2) = [(r, seen[r]) for r in fit[-2:]]
-            per = (s2.peak - s1.peak) / (r2 - r1)
-            guess = max(r2 + 1, int(r2 + (hbm_bytes - s2.peak) // per)) if per > 0 else 2 * r2
-        else:
-            guess = 2 * lo
+        lo = max((r for r, s in seen.items() if s.fits), default=0)
+        hi = min((r for r, s in seen.items() if not s.fits), default=None)
+        if hi is not None and hi - lo <= max(1, lo // 32):
+            break                   # bracketed closely enough
+        needed, limit = {}, None
+        for r, s in seen.items():
+            if not s.fits:
+                bytes_needed, available = required_temporaries(s.error)
+                if bytes_needed and available:
+                    needed[r], limit = bytes_needed, available
+        guess, kind = None, "probe"
+        if hi is None:              # probe far beyond: cheap if refused
+            guess = 64 * lo if 64 * lo not in seen else 8 * lo
+        elif step:
+            guess, kind = lo + step, "step"
+        elif hi in needed and len(needed) >= 2:
+            r2 = min(r for r in needed if r > hi)
+            slope = (needed[r2] - needed[hi]) / (r2 - hi)
+            if slope > 0:           # errs high (far refusals are cheap), but moves ≥ 1/32
+                guess, kind = min(hi - int((needed[hi] - limit) // slope),
+                                  hi - max(1, hi // 32)), "line"
+        elif hi in needed:          # a second refusal, for the line: a quarter past
+            guess = int(1.25 * hi * limit / needed[hi])   # where bytes ∝ rows would fit
+        if guess is None:
+            guess, kind = (lo + hi) // 2, "bisect"
+        guess = min(max(guess, lo + 1), hi - 1) if hi is not None else guess
+        if guess < 1:
+            break
         c = with_overrides(config, **{"train.batch_size": guess * unit})
         s = seen[guess] = compile_step(c, devices)
+        # a line's point that fits: step up from it, 1/32 then doubling
+        step = (2 * step or max(1, guess // 32)) if s.fits and kind in ("line", "step") else 0
         progress(f"  batch {guess * unit}: " + (f"fits, peak {s.peak / GIB:.2f} GiB"
                                                  if s.fits else "does not fit")
                  + f" ({s.seconds:.0f} s)")
-    fit = [r for r, s in seen.items() if s.fits]
-    fail = [r for r, s in seen.items() if not s.fits]
-    return (max(fit) * unit if fit else 0, min(fail) * unit if fail else None,
-            {r * unit: s for r, s in seen.items()})
+    lo = max((r for r, s in seen.items() if s.fits), default=0)
+    hi = min((r for r, s in seen.items() if not s.fits), default=None)
+    return lo * unit, None if hi is None else hi * unit, {r * unit: s for r, s in seen.items()}
 
 
 def _gcd(a: int, b: int) -> int:
