@@ -103,8 +103,8 @@ def test_fit_batch_finds_the_largest_batch_that_compiles(tmp_path, monkeypatch, 
     config = tiny_config(tmp_path, **{"train.batch_size": 8 * start})
     first = aot.compile_step(config, jax.devices())
     calls.clear()
-    largest, failing, seen = aot.fit_batch(config, jax.devices(), first, hbm_bytes=2**34,
-                                           budget=12, progress=lambda m: None)
+    largest, failing, seen = aot.fit_batch(config, jax.devices(), first, budget=12,
+                                           progress=lambda m: None)
     assert largest <= 8 * limit_rows < failing and seen[failing].fits is False
     if sizes or limit_rows <= 100:   # bisection alone: as close when the budget allows
         # exact up to 32 rows per shard, then to within 1/32

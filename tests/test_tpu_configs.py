@@ -54,3 +54,29 @@ def test_a_mesh_that_misses_the_slice_is_a_clear_error():
     config = load_config(os.path.join(ROOT, "tpu_configs", "v3_32.py"), ["--config.mesh.data=16"])
     with pytest.raises(KjaxError, match="= 16 but there are 32 devices"):
         check_mesh(config, 32, 4)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "tpu_configs", "*.py"))),
+                         ids=os.path.basename)
+def test_every_preset_header_states_its_compiled_memory(path):
+    """Issue 25: a preset's memory is what XLA said for its slice (`make
+    tpu-check` compiles every one), with the command that says it again."""
+    with open(path, encoding="utf-8") as f:
+        header = " ".join(f.read().split('"""')[1].split())
+    name = os.path.basename(path)
+    assert re.search(rf"Compiled for a (v\d-\d+) \(`kjax compile --config tpu_configs/{name} "
+                     r"--topology v\d-\d+`", header), "no compiled memory in the header"
+    assert re.search(r"needs [\d.]+ GiB per (core|chip) of \d+ \(arguments [\d.]+, "
+                     r"temporaries [\d.]+\): fits", header)
+    assert re.search(r"largest batch", header, re.I)   # found, or said not searched
+
+
+def test_ci_compiles_every_preset():
+    """`make tpu-check` (CI) has a case for every file in tpu_configs/."""
+    spec = importlib.util.spec_from_file_location("tpu_check",
+                                                  os.path.join(ROOT, ".ci", "tpu_check.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    presets = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "tpu_configs",
+                                                                        "*.py"))}
+    assert presets <= {case[0] for case in module.CASES if case[4]}

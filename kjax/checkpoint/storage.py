@@ -155,8 +155,9 @@ def size_tensorstore_retries() -> None:
     """TensorStore's GCS driver (orbax's array bytes) retries on its own, by
     default 32 times with up to 32 s between tries (a quarter of an hour):
     sized here to twice kjax's outage limit (kjax/store_outage.py), so an
-    array write gives up soon after kjax's own requests do, never first. orbax builds every TensorStore
-    context from these two dicts (no public option for it)."""
+    array write gives up soon after kjax's own requests do, never first.
+    orbax builds every TensorStore context from these two dicts (no public
+    option for it)."""
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
     # Twice the limit: TensorStore may meet an outage well before kjax's own
     # requests do (its clock starts then), and kjax's limit is what ends the run.

@@ -24,6 +24,7 @@ the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 
@@ -172,27 +173,28 @@ _REQUIRED = re.compile(r"\(?([\d.]+)([KMGT])\)?\s*(?:exceeds? available HBM|of)\
                        r"([\d.]+)([KMGT])", re.I)
 
 
-def fit_batch(config, devices, first: StepCompile, hbm_bytes: int, budget: int = 8,
+def fit_batch(config, devices, first: StepCompile, budget: int = 8,
               progress=print) -> tuple[int, int | None, dict]:
     """The largest global batch whose train step compiles (XLA's verdict),
     in rows per batch shard, to within 1/32 of itself (exact up to 32 rows),
     with at most `budget` more compiles.
 
     A compile that fits is dear (it generates the whole program); one that
-    XLA refuses is cheap (seconds) and names the temporaries it needed and
-    the bytes it had (near the limit it may try for minutes). Those two figures come from one accounting (a fitting
-    program's memory_analysis counts differently: above the "available"
-    figure on a v3), so the search steers by refusals alone: it probes 64×
-    the largest fitting size, then a quarter beyond where the needed bytes,
-    if proportional to the rows, would fit, then compiles where the line
-    through the two smallest refused sizes meets the limit. Refused guesses close
-    in from above, cheaply; a fitting one is followed by steps of 1/32,
-    doubling, and bisection once bracketed (also when the verdicts name no
-    sizes). Returns (largest fitting global batch (0: none), smallest
-    refused one (None: none compiled), {global batch: StepCompile})."""
+    XLA refuses is mostly cheap (seconds; near the limit it may try for
+    minutes) and names the temporaries it needed and the bytes it had. Those
+    two figures share one accounting (a fitting program's memory_analysis
+    counts differently: above the "available" figure on a v3), so the search
+    steers by refusals alone: it probes 64× the largest fitting size, then a
+    quarter past where the needed bytes, if proportional to the rows, would
+    fit, then compiles where the line through the two smallest refused sizes
+    meets the limit. Refused guesses close in from above; a fitting one is
+    followed by steps of 1/32, doubling, and bisection once bracketed (also
+    when the verdicts name no sizes). Returns (largest fitting global batch
+    (0: none), smallest refused one (None: none compiled), {global batch:
+    StepCompile})."""
     shards = batch_shards(config, len(devices))
     procs = len({d.process_index for d in devices})
-    unit = shards * procs // _gcd(shards, procs)   # rows divisible by shards and processes
+    unit = shards * procs // math.gcd(shards, procs)   # rows divisible by shards and processes
     seen = {max(1, first.batch_size // unit): first}
     step = 0   # > 0: stepping up from a fitting guess
     for _ in range(budget):
@@ -234,12 +236,6 @@ def fit_batch(config, devices, first: StepCompile, hbm_bytes: int, budget: int =
     lo = max((r for r, s in seen.items() if s.fits), default=0)
     hi = min((r for r, s in seen.items() if not s.fits), default=None)
     return lo * unit, None if hi is None else hi * unit, {r * unit: s for r, s in seen.items()}
-
-
-def _gcd(a: int, b: int) -> int:
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
@@ -330,7 +326,7 @@ def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False
     train = report["steps"].get("train")
     if train is not None and fit and hbm:
         progress("searching the largest batch that compiles ...")
-        largest, failing, seen = fit_batch(config, devices, train, hbm, progress=progress)
+        largest, failing, seen = fit_batch(config, devices, train, progress=progress)
         report["fit"] = {"largest": largest, "smallest_failing": failing,
                          "compiles": {b: s.peak if s.fits else None for b, s in seen.items()}}
     if train is not None and train.fits and cost and peak:
