@@ -9,6 +9,13 @@ Expected: ~110M parameters (436 MB fp32, as Table 13's one-hot base); the
 thesis' BERT-B reached KorQuAD F1 84.11 / NER 88.45 / NSMC 86.98 after
 fine-tuning (Table 27). Use remat_policy='dots_with_no_batch_dims_saveable'
 when memory is short.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_base.py --topology
+v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at batch 128 (16
+per core) the train step needs 10.40 GiB per core of 16 (arguments 1.24,
+temporaries 9.16): fits. Its program is v3_8.py's (the same model, batch and
+mesh): compiled once for both. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config import defaults
 

@@ -7,6 +7,12 @@ r"""BERT-S (METHODS §2.5, Table 22): one-hot (morph-sp) input, MLM + NSP.
 Expected (what the thesis reported): KorQuAD F1 65.04 with 10 % of the fine-tuning data (Table 28), the baseline UKnowBERT-S beats.
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_s.py --topology
+v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at batch 128 (16
+per core) the train step needs 0.73 GiB per core of 16 (arguments 0.13,
+temporaries 0.60): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import uknow_config
 

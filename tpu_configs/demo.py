@@ -29,6 +29,12 @@ The price: position embeddings past 32 stay as initialised (the table keeps
 128 rows for fine-tuning, finetune.max_seq_len), so this model reads short
 texts best; the UKnowBERT/morph demos (kjax/cli/demo.py CLASSIC_DEMO) keep rows
 of 128.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/demo.py --topology
+v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at batch 64 (8
+per core) the train step needs 0.04 GiB per core of 16 (arguments 0.02,
+temporaries 0.02): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config import defaults
 

@@ -7,6 +7,12 @@ r"""mBERT-m (METHODS §2.5, Table 22): multi-hot morpheme input, MLM only (Eq. 7
 Expected (what the thesis reported): the multi-hot input alone; compare with mBERT-S for the effect of NSP.
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/mbert_m.py --topology
+v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at batch 128 (16
+per core) the train step needs 0.98 GiB per core of 16 (arguments 0.13,
+temporaries 0.85): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import uknow_config
 

@@ -13,6 +13,12 @@ writes a transformers ModernBertForMaskedLM folder, logits verified ≤ 1e-5.
 Any tokenizer scheme and input mode trains (multihot: --config.model.input_mode=
 multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3
 --config.shake.variant=pos. CPU timings: docs/PERFORMANCE.md ("modern").
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/modern_small.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 4.07 GiB per core of 16 (arguments
+0.13, temporaries 3.94): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import modern_config
 

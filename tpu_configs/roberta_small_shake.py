@@ -10,6 +10,12 @@ model.shake_factor and the B source on top of it.
 Expected (SHAKE Fig. 2): baseline evaluation MLM loss above that of the
 bf = ±0.3 models. RoBERTa-style here means: no NSP loss (nsp_weight 0),
 dynamic masking, longer sequences; the NSP head still exists but is unused.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/roberta_small_shake.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 10.31 GiB per core of 16 (arguments
+0.77, temporaries 9.54): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config import defaults
 

@@ -9,6 +9,12 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): no gain reported over the POS-pair models;
 kept as the thesis's ablation. MLM loss is Eq. 7-9 because a merged position has
 several target tokens.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_merged.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 10.61 GiB per core of 16 (arguments
+0.77, temporaries 9.85): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import shake_config
 

@@ -10,6 +10,12 @@ Expected (what the thesis reported): among the lowest evaluation MLM loss (Fig.
 2); the best downstream model: gains on most KLUE/NIKL tasks except BoolQ, most
 on CoPA, even fine-tuned without shaking; the gain grows with pretraining length
 (Fig. 4).
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_pos_plus.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 11.48 GiB per core of 16 (arguments
+0.78, temporaries 10.71): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import shake_config
 

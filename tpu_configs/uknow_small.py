@@ -8,6 +8,12 @@ sequences of 256, batch 128, lr 1e-4, 1M steps (the thesis ran it on TPU v2).
 Expected: one-hot BERT-S of the thesis (49 MB of fp32 params with a 32k
 vocabulary here); the MLM loss falls below 3 within ~100k steps on a
 newspaper-scale corpus. On this 2-core CPU: see docs/PERFORMANCE.md.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/uknow_small.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 128 (16 per core) the train step needs 0.73 GiB per core of 16 (arguments
+0.13, temporaries 0.60): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config import defaults
 

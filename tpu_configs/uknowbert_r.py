@@ -7,6 +7,12 @@ r"""UKnowBERT-r (METHODS §2.5, Table 22): multi-hot input, MLM + NSP + verb rel
 Expected (what the thesis reported): the verb-relation objective alone on top of mBERT-S.
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/uknowbert_r.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 128 (16 per core) the train step needs 0.99 GiB per core of 16 (arguments
+0.13, temporaries 0.86): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import uknow_config
 

@@ -7,6 +7,12 @@ r"""UKnowBERT-S (METHODS §2.5, Table 22): multi-hot input, all five objectives.
 Expected (what the thesis reported): KorQuAD F1 72.08 with 10 % of the fine-tuning data vs BERT-S 65.04 (Table 28); converges faster (plateau by 300k vs 600k steps, Fig. 48).
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
+
+Compiled for a v3-8 (`kjax compile --config tpu_configs/uknowbert_s.py
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
+batch 128 (16 per core) the train step needs 1.17 GiB per core of 16 (arguments
+0.13, temporaries 1.03): fits. The largest batch has not been searched yet (add
+`--fit-batch`).
 """
 from kjax.config.presets import uknow_config
 
