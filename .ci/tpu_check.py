@@ -126,7 +126,7 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
     ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                     help="compiles at once (XLA compiles a program on one core; default: "
                     "the machine's cores)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
