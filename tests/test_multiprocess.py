@@ -319,9 +319,7 @@ def test_a_tensor_axis_across_hosts_is_refused_in_one_line(tmp_path):
                "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_NUM_PROCESSES": "2",
                "JAX_PROCESS_ID": str(i), "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
                "PYTHONPATH": ROOT}
-        kjax = [sys.executable, "-m", "kjax.cli"] if die_saving is None or i == 0 else \
-            [sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"), str(die_saving)]
-        cmd = [*kjax, "train", "--config", DEMO_CONFIG,
+        cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
                "--workdir", str(tmp_path / "run"), *tiny_overrides(str(tmp_path)), *overrides]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
