@@ -1,5 +1,7 @@
 """The one exception type for bad user input: the CLI prints its message on a
 single line (it names the file/key/value and the fix) and exits with 2."""
+import math
+import os
 
 
 class KjaxError(Exception):
@@ -20,8 +22,6 @@ def env_seconds(name: str, default: float, what: str, allow_zero: bool = False) 
     """A duration in seconds from the environment variable `name` (unset or
     empty: `default`); anything but a number > 0 (≥ 0 with `allow_zero`) is
     one line naming the variable, its value and `what` it sets."""
-    import math
-    import os
     text = os.environ.get(name, "").strip()
     if not text:
         return default
