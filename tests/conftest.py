@@ -4,6 +4,16 @@ import os
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole run, its workers and every
+# `kjax` they start: most tests compile the same tiny model, and XLA's CPU
+# compile was the larger part of a subprocess test's time. Made by the first
+# process (pytest's, or xdist's controller, whose environment the workers
+# inherit) and removed by it at the end (pytest_unconfigure). A test that
+# needs its own cache sets its own.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kjax-tests-jax-cache-")
+    os.environ["KJAX_TESTS_OWN_JAX_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
 
 import gcs  # noqa: E402
 
@@ -80,3 +90,12 @@ def gs_root(gcs_server, request):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of a minute or more (kept in CI)")
+
+
+def pytest_unconfigure(config):
+    """Removes the run's compilation cache (see the top), in the process that made it."""
+    made = os.environ.get("KJAX_TESTS_OWN_JAX_CACHE")
+    if made and made == os.environ.get("JAX_COMPILATION_CACHE_DIR") and \
+            not hasattr(config, "workerinput"):
+        import shutil
+        shutil.rmtree(made, ignore_errors=True)
