@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                     help="compiles at once (XLA compiles a program on one core; default: "
-                    "the machine's cores)")
+                    "the cores this process may use)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]

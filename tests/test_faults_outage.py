@@ -30,8 +30,7 @@ LIMIT = 8           # seconds: KJAX_STORE_OUTAGE_LIMIT for the runs under test
 SHORT = 2           # seconds after the run met the short outage: it then ends
 CUT_MAX = LIMIT + 4  # seconds: the most the short outage lasts from the cut on
 STEPS = 60
-EVERY = 5           # steps between saves (and log lines)
-EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": EVERY, "train.log_every": EVERY}
+EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 5, "train.log_every": 5}
 WAIT = 400          # seconds: the most one run may take here (a hang fails, not blocks)
 
 
