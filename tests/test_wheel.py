@@ -77,7 +77,10 @@ def finish(started, site, tmp, tags, codes) -> list[str]:
     got = []
     try:
         for proc, _ in started:
-            got.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+            try:
+                got.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:   # the logs below say where it hung
+                got.append(f"running after {TIMEOUT} s")
     finally:
         for proc, log in started:
             if proc.poll() is None:
