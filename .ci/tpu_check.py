@@ -23,6 +23,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
+from kjax.pretrain.compile_record import MODES, Record, case_id  # noqa: E402  (no jax)
 GIB = 1 << 30
 SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
 FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
@@ -47,20 +49,48 @@ CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
 
 
 CACHE = {}   # StableHLO → result: presets whose programs are identical compile once
+CONFIGS = os.path.join(ROOT, "tpu_configs")
+RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
+VERDICT_FIELDS = ("batch_size", "seconds", "fits", "arguments", "outputs", "aliased",
+                  "temporaries", "peak", "flops", "bytes_accessed", "error", "same_as")
 
 
-def run_case(preset, topology, overrides, fit: bool) -> dict:
+def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "check") -> dict:
+    """Lower the case's train step; take XLA's verdict from the record when it
+    holds for this program and libtpu, else compile (compile_record.settle)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
-    from kjax.pretrain.aot import check
-    config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
+    from kjax.pretrain import aot, compile_record as cr
+    config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
-    start, cpu = time.perf_counter(), time.process_time()
-    report = check(config, topology, steps=("train",), fit=fit, cost=False, cache=CACHE,
-                   progress=lambda m: print("   ", m, file=sys.stderr, flush=True))
-    report["wall_s"] = time.perf_counter() - start
-    report["cpu_s"] = time.process_time() - cpu   # all threads: the load-free cost
+    devices, where, hbm, _, _ = aot.target_devices(topology)
+    start = time.perf_counter()
+    lowered = aot.lower(config, devices)
+    lower_s = time.perf_counter() - start
+    case, program = cr.case_id("tpu", preset, topology, overrides), cr.program_hash(lowered)
+    versions = cr.compiler_versions("tpu")
+
+    def compile_now() -> dict:
+        cpu = time.process_time()   # all threads: the load-free cost
+        s = aot.compile_step(config, devices, "train", cache=CACHE, lowered=lowered)
+        verdict = {k: getattr(s, k) for k in VERDICT_FIELDS}
+        return {**verdict, "seconds": round(s.seconds, 1),   # times: tenths (diffs read)
+                "cpu_s": round(time.process_time() - cpu, 1)}
+
+    record = record or cr.Record(RECORD)
+    verdict, status, failure = cr.settle(record, case, program, versions, mode, compile_now)
+    step = aot.StepCompile("train", **{k: verdict[k] for k in VERDICT_FIELDS})
+    report = {"topology": where, "devices": len(devices), "batch_size": config.train.batch_size,
+              "hosts": len({d.process_index for d in devices}), "hbm_bytes": hbm,
+              "steps": {"train": step}, "cpu_s": verdict["cpu_s"], "lower_s": lower_s,
+              "status": status, "failure": failure,
+              "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
+                                     verdict, time.strftime("%Y-%m-%d"))}
+    if fit and hbm:   # the search compiles: the record holds the preset's batch only
+        largest, failing, _ = aot.fit_batch(config, devices, step, progress=lambda m: print(
+            "   ", m, file=sys.stderr, flush=True))
+        report["fit"] = {"largest": largest, "smallest_failing": failing}
     return report
 
 
@@ -73,32 +103,44 @@ def row(preset, overrides, note, report) -> str:
     verdict = "yes" if s.fits else f"**no**: {s.error}"
     if s.same_as:
         verdict += f" (the program of {s.same_as}: not compiled again)"
+    if report.get("status") == "recorded":
+        verdict += " (recorded)"
     return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
             f"{report['batch_size']} | {s.seconds:.0f} | {report['cpu_s']:.0f} | "
             f"{s.arguments / GIB:.2f} | {s.temporaries / GIB:.2f} | {peak} | "
             f"{report['hbm_bytes'] / GIB:.0f} | {verdict} | {largest} |")
 
 
-def run_group(cases, fit: bool) -> list[tuple[str, str | None]]:
-    """(table row, failure or None) for each case, in one process: cases that
-    may share a program (compile_step's cache) run in the same one."""
+def run_group(cases, fit: bool, record=None, mode: str = "check") -> list[tuple]:
+    """(table row, failure or None, record entry or None) for each case, in
+    one process: cases that may share a program (compile_step's cache) run
+    in the same one."""
+    from kjax.pretrain.compile_record import without_locations
+    with without_locations():
+        return [one_case(case, fit, record, mode) for case in cases]
+
+
+def one_case(case, fit: bool, record, mode: str) -> tuple:
     from kjax.errors import KjaxError
-    out = []
-    for preset, topology, overrides, note, expected in cases:
-        print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
-        try:
-            report = run_case(preset, topology, overrides, fit)
-        except KjaxError as e:
-            out.append((f"| {preset} {note} | {topology} | | | | | | | | | **error**: {e} | |",
-                        f"{preset} ({note or topology}): {e}"))
-            continue
-        fits = report["steps"]["train"].fits
-        failure = None if fits == expected else (
-            f"{preset} ({note or topology}) " + ("does not fit" if expected else
-                                                 "fits, but XLA was expected to refuse it "
-                                                 "(RESOURCE_EXHAUSTED)"))
-        out.append((row(preset, overrides, note, report), failure))
-    return out
+    preset, topology, overrides, note, expected = case
+    print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
+    try:
+        report = run_case(preset, topology, overrides, fit, record, mode)
+    except KjaxError as e:
+        return (f"| {preset} {note} | {topology} | | | | | | | | | **error**: {e} | |",
+                f"{preset} ({note or topology}): {e}", None)
+    print(f"    {preset} on {topology}: lowered in {report['lower_s']:.1f} s, "
+          f"{report['status']}", file=sys.stderr, flush=True)
+    fits = report["steps"]["train"].fits
+    failure = report["failure"] or (None if fits == expected else (
+        f"{preset} ({note or topology}) " + ("does not fit" if expected else
+                                             "fits, but XLA was expected to refuse it "
+                                             "(RESOURCE_EXHAUSTED)")))
+    return row(preset, overrides, note, report), failure, report["entry"]
+
+
+def case_key(case) -> str:
+    return case_id("tpu", case[0], case[1], case[2])
 
 
 def share(case) -> str:
@@ -130,6 +172,11 @@ def main() -> int:
                     help="compiles at once (XLA compiles a program on one core; default: "
                     "the cores this process may use)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--record", default="check", choices=MODES,
+                    help="check (CI): a case whose program and libtpu are recorded takes the "
+                    "recorded verdict, any other compiles and fails; write: compile what is "
+                    "not recorded and rewrite the record; refresh: compile every case")
+    ap.add_argument("--record-file", default=RECORD, help="the record (default: %(default)s)")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     cases = [c for c in CASES if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
@@ -141,22 +188,35 @@ def main() -> int:
         groups.setdefault(share(case), []).append(case)
     groups = dict(sorted(groups.items(), key=lambda kv: -sum(map(weight, kv[1]))))  # big first
     start = time.perf_counter()
+    try:
+        record = Record(args.record_file)
+    except ValueError as e:
+        print(f"tpu-check: {e}", file=sys.stderr)
+        return 2
     import concurrent.futures
     import multiprocessing
+    n = len(groups)
     with concurrent.futures.ProcessPoolExecutor(
             max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
         done = {id(c): r for g, rs in zip(groups.values(), pool.map(
-            run_group, groups.values(), [args.fit_batch] * len(groups))) for c, r in zip(g, rs)}
+            run_group, groups.values(), [args.fit_batch] * n, [record] * n,
+            [args.record] * n)) for c, r in zip(g, rs)}
     print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
           "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    failed = []
+    failed, recorded = [], 0
     for case in cases:
-        text, failure = done[id(case)]
+        text, failure, entry = done[id(case)]
         print(text)
         failed += [failure] if failure else []
+        recorded += "(recorded)" in text
+        if entry is not None and args.record != "check":
+            record.put(entry)
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s on {args.jobs} "
-          f"process(es)", flush=True)
+          f"process(es): {recorded} recorded, {len(cases) - recorded} compiled", flush=True)
+    if args.record != "check":   # a full run drops the cases no longer checked
+        record.save("tpu", None if wanted else {case_key(c) for c in CASES})
+        print(f"tpu-check: wrote {os.path.relpath(args.record_file)}", file=sys.stderr)
     for f in failed:
         print(f"tpu-check: FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

@@ -41,6 +41,7 @@ from jax.sharding import PartitionSpec as P
 
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash_shake import MASK_VALUE, flash_attention
+from kjax.model.platform import platform
 from kjax.shake.matrix import SHAKE_PAIR_KEYS, shake_from_batch
 
 __all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",
@@ -81,7 +82,7 @@ def choose_impl(impl: str, *, shaking: bool, explicit: bool, dtype=jnp.float32) 
 
 
 def _cudnn(dtype) -> bool:
-    return jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+    return platform() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
 
 
 def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
@@ -114,7 +115,7 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
     """The kernel is per (example, head): under a mesh it runs per device on
     its batch and head shards (shard_map), as XLA cannot partition a Pallas
     call. The specs come from the logical-axis rules, not from mesh names."""
-    interpret = jax.default_backend() == "cpu"
+    interpret = platform() == "cpu"
     bf = jnp.asarray(0.0 if bf is None else bf, jnp.float32)
 
     def local(q, k, v, attention_mask, segment_ids, shake, bf):

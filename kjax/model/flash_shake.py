@@ -45,6 +45,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kjax.model.platform import platform
+
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)   # jax.nn.dot_product_attention's
 NT = (((1,), (1,)), ((), ()))    # a · bᵀ
 TN = (((0,), (0,)), ((), ()))    # aᵀ · b
@@ -298,7 +300,7 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     st = Static(block_q or pick_block(seq), block_k or pick_block(seq),
                 None if local_window is None else int(local_window) // 2,
                 segment_ids is not None, layout, bool(interpret),
-                not interpret and (backend or jax.default_backend()) == "gpu")
+                not interpret and (backend or platform()) == "gpu")
     if seq % st.block_q or seq % st.block_k:
         raise ValueError(f"sequence length {seq} is not a multiple of the blocks "
                          f"({st.block_q}, {st.block_k})")

@@ -32,6 +32,7 @@ import jax
 
 from kjax.batches.synthetic import batch_shapes
 from kjax.errors import KjaxError
+from kjax.model.platform import lowering_for
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 
 GIB = 1 << 30
@@ -86,7 +87,8 @@ def lower(config, devices, step: str = "train"):
         fn = make_eval_step(config, mesh, make_model(config, deterministic=True),
                             shardings["params"])
         args = (state["params"], batch)
-    with on_mesh(mesh, config):
+    # traced for the devices' platform, not this host's (attention picks its path by it)
+    with on_mesh(mesh, config), lowering_for(devices[0].platform):
         return fn.jitted.lower(*args)
 
 
@@ -98,16 +100,18 @@ def _cost(compiled) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
-def compile_step(config, devices, step: str = "train", cache: dict | None = None) -> StepCompile:
+def compile_step(config, devices, step: str = "train", cache: dict | None = None,
+                 lowered=None) -> StepCompile:
     """Compile one step; an out-of-memory verdict is a result (fits=False),
     any other failure an error. With `cache`, a program already compiled for
     the same devices (the same StableHLO: presets that differ only in data,
     e.g. B's sign) is not compiled again: its result is returned, 0 s. So
     is one that differs only in the value of a floating-point constant (SHAKE's
     bf per layer: shake_pos_plus, _minus and _random), whose buffers, and so
-    memory, are the same (0 and ±1, which XLA may fold away, are kept)."""
+    memory, are the same (0 and ±1, which XLA may fold away, are kept).
+    `lowered`: the step already lowered (lower()), not lowered again."""
     start = time.perf_counter()
-    lowered = lower(config, devices, step)
+    lowered = lower(config, devices, step) if lowered is None else lowered
     key = None
     if cache is not None:
         import hashlib

@@ -1,0 +1,61 @@
+"""Checks on a compiled step's optimized HLO text (`make gpu-check`, issue 33).
+
+A scatter is how XLA writes the gradient of a gather. Two kinds cost a GPU
+step dearly (the H100 profile of bert_base, docs/GPU.md):
+
+- a scatter-add into a small table (fewer than SMALL_TABLE_ROWS rows, the
+  token-type or position embeddings): thousands of updates collide on a few
+  rows and serialise on atomics. The model computes those lookups as
+  one-hot matmuls instead, whose gradient is a matmul;
+- a bf16 or f16 scatter whose indices are not declared unique: XLA emits a
+  compare-and-swap loop per element for a 16-bit atomic add, and rounds
+  after each of the colliding adds. The tables are fp32 and gathered from
+  in fp32, so their scatters are fp32 adds.
+
+`scatter_findings(text)` returns one line per offending instruction, empty
+when the program is clean. It reads the text only (no XLA, no GPU), so the
+suite tests it on hand-written snippets (tests/test_hlo_checks.py).
+"""
+from __future__ import annotations
+
+import re
+
+SMALL_TABLE_ROWS = 1024
+NARROW_FLOATS = ("bf16", "f16")
+
+# `%name = SHAPE scatter(` with SHAPE an array (bf16[2,768]{1,0}) or, for a
+# variadic scatter, a tuple of arrays; `ROOT` and `%` are optional in XLA's text.
+_SCATTER = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+scatter\(")
+_ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+_ROW_INDEXED = re.compile(r"scatter_dims_to_operand_dims=\{0\}")
+
+
+def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[str]:
+    """'NAME: DTYPE[SHAPE]: reason; reason' for each scatter that breaks a check."""
+    out, seen = [], set()
+    for line in hlo_text.splitlines():
+        m = _SCATTER.match(line)
+        if not m or m.group(1) in seen:
+            continue
+        seen.add(m.group(1))
+        arrays = [(dtype, [int(d) for d in dims.split(",") if d])
+                  for dtype, dims in _ARRAY.findall(m.group(2))]
+        reasons = []
+        # (a) rows of a table, indexed by its first dimension alone: a
+        # take_along_axis gradient (indices on several dimensions, e.g. the
+        # loss' [batch, 2]) is not a table lookup and is left to (b).
+        if _ROW_INDEXED.search(line):
+            for dtype, dims in arrays:
+                if len(dims) >= 2 and dims[0] < small_rows:
+                    reasons.append(f"a scatter-add into a table of {dims[0]} rows "
+                                   f"(< {small_rows}: use a one-hot matmul)")
+                    break
+        # (b) 16-bit floats updated by indices XLA may not assume unique
+        narrow = [dtype for dtype, _ in arrays if dtype in NARROW_FLOATS]
+        if narrow and "unique_indices=true" not in line:
+            reasons.append(f"{narrow[0]} updates with indices not declared unique "
+                           f"(16-bit atomic adds)")
+        if reasons:
+            shape = ", ".join(f"{d}[{','.join(map(str, s))}]" for d, s in arrays)
+            out.append(f"{m.group(1)}: {shape}: {'; '.join(reasons)}")
+    return out
