@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check clean
+.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check gpu-check clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -67,15 +67,38 @@ test-fast: $(DEV)
 # Every TPU preset compiled for its slice with libtpu, no TPU (.ci/tpu_check.py;
 # docs/TPU.md). Its own venv: libtpu (~700 MB) stays out of .venv, where jax
 # would probe for a TPU in every test. CI runs it after wheel-check (.ci/run).
+# Verdicts are keyed by the lowered program (.ci/compile_record.json): CI lowers
+# every case and takes the recorded verdict; a case not recorded for its
+# program and compiler compiles and fails. `make tpu-check RECORD=write`
+# compiles those and rewrites the record (commit it); RECORD=refresh: all.
+# The constraints pin the compiler and what shapes the program (jax, flax,
+# optax): a new release would otherwise make every recorded verdict stale.
+RECORD ?= check
 TPU_VENV := build/tpu-venv
-$(TPU_VENV)/.installed: setup.py
+$(TPU_VENV)/.installed: setup.py .ci/tpu-constraints.txt
+	rm -rf $(TPU_VENV)
 	$(PYTHON) -m venv $(TPU_VENV)
 	$(TPU_VENV)/bin/pip install -q --upgrade pip
-	$(TPU_VENV)/bin/pip install -q -e '.[tpu]'
+	$(TPU_VENV)/bin/pip install -q -c .ci/tpu-constraints.txt -e '.[tpu]'
 	touch $@
 
 tpu-check: $(TPU_VENV)/.installed
-	$(TPU_VENV)/bin/python .ci/tpu_check.py $(TPU_CHECK_ARGS)
+	$(TPU_VENV)/bin/python .ci/tpu_check.py --record $(RECORD) $(TPU_CHECK_ARGS)
+
+# The train step of bert_base, modern_base and uknowbert_b compiled for an
+# H100 (.ci/h100_sxm.txtpb) with jax's CUDA 13 plugin, no GPU (.ci/gpu_check.py;
+# docs/GPU.md §6): memory per device and the optimized HLO's scatter checks.
+# Its own venv (~4 GB of CUDA wheels); the same record and RECORD modes.
+GPU_VENV := build/gpu-venv
+$(GPU_VENV)/.installed: setup.py .ci/gpu-constraints.txt
+	rm -rf $(GPU_VENV)
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install -q --upgrade pip
+	$(GPU_VENV)/bin/pip install -q -c .ci/gpu-constraints.txt -e '.[cuda]'
+	touch $@
+
+gpu-check: $(GPU_VENV)/.installed
+	$(GPU_VENV)/bin/python .ci/gpu_check.py --record $(RECORD) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf runs build *.egg-info

@@ -2,6 +2,7 @@
 TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
 
     python .ci/tpu_check.py                          # every case, as CI
+    python .ci/tpu_check.py --record write           # compile what the record lacks
     python .ci/tpu_check.py --only v3_8,shake --fit-batch --jobs 1
 
 One topology per preset family: the four slice presets on their own slice
@@ -14,6 +15,12 @@ case that does not fit, fails to compile, or fits where XLA should refuse
 fails the check. Programs that are the same up to constants (the SHAKE
 variants' bf) compile once (kjax.pretrain.aot.compile_step). Prints the
 Markdown table docs/TPU.md and the presets' headers quote.
+
+Verdicts are keyed by the program (kjax/pretrain/compile_record.py): every
+case is lowered and its hash looked up in .ci/compile_record.json; a case
+recorded with the same program and libtpu takes the recorded verdict, any
+other compiles, and in the default mode (CI) fails until the record is
+rewritten (`--record write`, `make tpu-check RECORD=write`) and committed.
 """
 from __future__ import annotations
 

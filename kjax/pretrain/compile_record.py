@@ -29,7 +29,8 @@ import os
 MODES = ("check", "write", "refresh")
 # what compiles the program, per check: the versions a verdict holds for
 COMPILERS = {"tpu": ("jax", "jaxlib", "libtpu"),
-             "gpu": ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt")}
+             "gpu": ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+                     "nvidia-cuda-nvcc", "nvidia-nvjitlink", "nvidia-cudnn-cu13")}
 # environment variables that change what XLA does with the same program
 FLAG_VARIABLES = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
 

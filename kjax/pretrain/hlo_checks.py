@@ -28,10 +28,14 @@ NARROW_FLOATS = ("bf16", "f16")
 _SCATTER = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+scatter\(")
 _ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
 _ROW_INDEXED = re.compile(r"scatter_dims_to_operand_dims=\{0\}")
+# XLA's op name without the jit and autodiff wrappers: "jit(train_step)/
+# transpose(jvp(BertForPreTraining))/BertForPreTraining.encode/embeddings/..."
+_OP_NAME = re.compile(r'op_name="(?:jit\([\w.]+\)/)?(?:(?:\w+\()+[\w.]*\)+/)?([^"]*)"')
 
 
 def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[str]:
-    """'NAME: DTYPE[SHAPE]: reason; reason' for each scatter that breaks a check."""
+    """'NAME: DTYPE[SHAPE]: reason; reason (at OP_NAME)' for each scatter
+    that breaks a check; the op name, from XLA's metadata, says which lookup."""
     out, seen = [], set()
     for line in hlo_text.splitlines():
         m = _SCATTER.match(line)
@@ -57,5 +61,7 @@ def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[
                            f"(16-bit atomic adds)")
         if reasons:
             shape = ", ".join(f"{d}[{','.join(map(str, s))}]" for d, s in arrays)
-            out.append(f"{m.group(1)}: {shape}: {'; '.join(reasons)}")
+            where = _OP_NAME.search(line)
+            at = f" (at {where.group(1)})" if where else ""
+            out.append(f"{m.group(1)}: {shape}: {'; '.join(reasons)}{at}")
     return out

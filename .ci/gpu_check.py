@@ -1,0 +1,165 @@
+"""The train step compiled for an H100, with jax's CUDA plugin and no GPU
+(`make gpu-check`; docs/GPU.md §6).
+
+    python .ci/gpu_check.py                  # every case, as CI
+    python .ci/gpu_check.py --record write   # compile what the record lacks, rewrite it
+
+The target is XLA's description of an H100 SXM (.ci/h100_sxm.txtpb: SMs,
+shared memory, HBM, cuDNN 9.28), given to jax as a deviceless topology. The
+step is traced for the GPU (kjax.model.platform: attention takes the path a
+GPU would, cuDNN where `auto` picks it), compiled, and its optimized HLO
+checked: no scatter-add into a small embedding table, no 16-bit scatter
+without unique indices (kjax/pretrain/hlo_checks.py). Prints compile time
+and memory per device. Verdicts come from .ci/compile_record.json when the
+lowered program, plugin and target config are the ones recorded
+(kjax/pretrain/compile_record.py); in the default mode any other case is
+compiled and fails the check until the record is rewritten.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only compiles
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
+from kjax.pretrain.compile_record import MODES, Record, case_id  # noqa: E402  (no jax)
+
+GIB = 1 << 30
+TARGET = os.path.join(ROOT, ".ci", "h100_sxm.txtpb")
+TOPOLOGY = "h100_sxm 1x1x1"
+RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
+# (preset, overrides, what the case is): one GPU, the batches the H100/H200
+# runs of docs/GPU.md used (uknowbert_b: its 256 positions, bert_base's tokens)
+CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
+         ("modern_base", ["train.batch_size=16"], "1024×16"),
+         ("uknowbert_b", ["train.batch_size=64"], "256×64")]
+
+
+def device_memory(target_text: str) -> int:
+    m = re.search(r"device_memory_size:\s*(\d+)", target_text)
+    if not m:
+        raise ValueError(f"{os.path.relpath(TARGET)} names no device_memory_size")
+    return int(m.group(1))
+
+
+def compile_verdict(lowered) -> dict:
+    """XLA's verdict for the H100: memory per device and the HLO checks' lines."""
+    from kjax.pretrain.hlo_checks import scatter_findings
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # noqa: BLE001 - XlaRuntimeError has no stable import path
+        return {"compiled": False, "error": " ".join(str(e).split())[:240],
+                "seconds": round(time.perf_counter() - start, 1)}
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    m = compiled.memory_analysis()
+    peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            + m.temp_size_in_bytes)
+    text = compiled.as_text()
+    return {"compiled": True, "error": "", "seconds": round(seconds, 1), "cpu_s": round(cpu_s, 1),
+            "arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+            "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+            "peak": peak, "hlo_findings": scatter_findings(text),
+            "cudnn_attention": "__cudnn$fmha" in text}
+
+
+def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
+    from kjax.config import load_config
+    from kjax.objectives import check_config
+    from kjax.pretrain import aot, compile_record as cr
+    config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
+                         [f"--config.{o}" for o in overrides])
+    check_config(config)
+    start = time.perf_counter()
+    lowered = aot.lower(config, devices)
+    lower_s = time.perf_counter() - start
+    case, program = cr.case_id("gpu", preset, TOPOLOGY, overrides), cr.program_hash(lowered)
+    versions = cr.compiler_versions("gpu", target_text)
+    verdict, status, failure = cr.settle(record, case, program, versions, mode,
+                                         lambda: compile_verdict(lowered))
+    return {"verdict": verdict, "status": status, "failure": failure, "lower_s": lower_s,
+            "entry": cr.make_entry(case, preset, TOPOLOGY, overrides, program, versions,
+                                   verdict, time.strftime("%Y-%m-%d"))}
+
+
+def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
+    """The table row and the check's failures for one case."""
+    v, failures = report["verdict"], [report["failure"]] if report["failure"] else []
+    status = " (recorded)" if report["status"] == "recorded" else ""
+    if not v["compiled"]:
+        failures.append(f"{preset}: XLA did not compile it: {v['error']}")
+        return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | | | | | "
+                f"**not compiled**{status} | |", failures)
+    if v["peak"] > memory:
+        failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
+    failures += [f"{preset}: {line}" for line in v["hlo_findings"]]
+    checks = "clean" if not v["hlo_findings"] else f"**{len(v['hlo_findings'])} scatter(s)**"
+    return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
+            f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
+            f"{memory / GIB:.0f} | {checks}{status} | "
+            f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |", failures)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated substrings of the presets to run")
+    ap.add_argument("--record", default="check", choices=MODES,
+                    help="check (CI): a case whose program, plugin and target are recorded "
+                    "takes the recorded verdict, any other compiles and fails; write: compile "
+                    "what is not recorded and rewrite the record; refresh: compile every case")
+    ap.add_argument("--record-file", default=RECORD, help="the record (default: %(default)s)")
+    args = ap.parse_args()
+    wanted = [w for w in args.only.split(",") if w]
+    cases = [c for c in CASES if not wanted or any(w in c[0] for w in wanted)]
+    try:
+        record = Record(args.record_file)
+        with open(TARGET, encoding="utf-8") as f:
+            target_text = f.read()
+        memory = device_memory(target_text)
+    except (OSError, ValueError) as e:
+        print(f"gpu-check: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    from jax.experimental import topologies
+
+    from kjax.pretrain.compile_record import without_locations
+    try:
+        devices = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                               target_config=target_text).devices
+    except Exception as e:  # noqa: BLE001 - no plugin: jax raises several kinds
+        print(f"gpu-check: no CUDA compiler ({' '.join(str(e).split())[:160]}); run it in its "
+              f"venv: `make gpu-check`", file=sys.stderr)
+        return 2
+    print("| preset | seq × batch | lower s | compile s | arguments GiB | temporaries GiB | "
+          "peak GiB | HBM GiB | HLO checks | attention |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    failed, recorded = [], 0
+    with without_locations():
+        for preset, overrides, shape in cases:
+            print(f"  {preset} {' '.join(overrides)} for the H100 ...", file=sys.stderr,
+                  flush=True)
+            report = run_case(preset, overrides, devices, target_text, record, args.record)
+            text, failures = row(preset, shape, report, memory)
+            print(text, flush=True)
+            failed += failures
+            recorded += report["status"] == "recorded"
+            if args.record != "check":
+                record.put(report["entry"])
+    print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s: {recorded} recorded, "
+          f"{len(cases) - recorded} compiled", flush=True)
+    if args.record != "check":
+        record.save("gpu", None if wanted else {case_id("gpu", p, TOPOLOGY, o)
+                                                for p, o, _ in CASES})
+        print(f"gpu-check: wrote {os.path.relpath(args.record_file)}", file=sys.stderr)
+    for f in failed:
+        print(f"gpu-check: FAILED {f}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
