@@ -121,10 +121,10 @@ def test_headers_and_docs_quote_the_compile_record():
                              f"{want[0]}, {want[1]} GiB ({want[2]}, {want[3]}), fits {v['fits']}")
     with open(os.path.join(ROOT, "docs", "TPU.md"), encoding="utf-8") as f:
         docs = f.read()
-    notes = {(c[0], c[3]): module.case_key(c) for c in module.CASES}
+    notes = {(c[0], c[3], c[1]): module.case_key(c) for c in module.CASES}
     for line in docs.splitlines():
         m = DOCS_ROW.match(line)
-        entry = m and record.get(notes.get((m.group(1), m.group(2) or ""), ""))
+        entry = m and record.get(notes.get((m.group(1), m.group(2) or "", m.group(3)), ""))
         if not entry:
             continue   # a change no case makes (history: "before the fix")
         v, compared = entry["verdict"], compared + 1

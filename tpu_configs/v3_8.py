@@ -14,9 +14,11 @@ v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): the train step
 needs 10.40 GiB per core of 16 (arguments 1.24, temporaries 9.16): fits. Before
 the explicit path kept its [b, h, q, k] arrays in bf16 (model.attention_logits,
 docs/PERFORMANCE.md) it was 11.54 GiB, with SHAKE's dense B 12.13 GiB, with the
-flash kernel and pairs B 7.73 GiB. With `--fit-batch` (2026-11-26) the largest
-batch that compiles is 216 (27 per core; 224 is refused), its memory as XLA
-reports it 16.03 GiB: one compile that fits and three XLA refused.
+flash kernel and pairs B 7.73 GiB (the kernel in Pallas' interpret mode: v3's
+Mosaic refuses the kernel itself, docs/TPU.md §15). With `--fit-batch`
+(2026-11-26) the largest batch that compiles is 216 (27 per core; 224 is
+refused), its memory as XLA reports it 16.03 GiB: one compile that fits and
+three XLA refused.
 
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 302
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
