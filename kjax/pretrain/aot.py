@@ -71,6 +71,12 @@ def with_overrides(config, **keys):
 def lower(config, devices, step: str = "train"):
     """The step for `config` on `devices`, traced and lowered against
     abstract state and batch (nothing allocated, nothing run)."""
+    return trace(config, devices, step, lower=True)
+
+
+def trace(config, devices, step: str = "train", lower: bool = False):
+    """The step traced (its jaxpr: `.jaxpr`) against abstract state and batch;
+    `lower`: lowered too (what `lower` returns)."""
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_eval_step, make_train_step
     mesh = make_mesh(config, devices)
@@ -87,7 +93,8 @@ def lower(config, devices, step: str = "train"):
                             shardings["params"])
         args = (state["params"], batch)
     with on_mesh(mesh, config):
-        return fn.jitted.lower(*args)
+        traced = fn.jitted.trace(*args)
+        return traced.lower() if lower else traced
 
 
 def _cost(compiled) -> tuple[float, float]:
