@@ -39,7 +39,8 @@ NLI="--task pair --train $DATA/klue/klue-nli-v1.1_dev.json --config.finetune.spl
 QA="--task qa --train $DATA/korquad/KorQuAD_v1.0_dev.json --config.finetune.split=(0.8,0.2)
     --config.finetune.max_examples=300 --config.finetune.doc_stride=64 --config.finetune.epochs=2
     --config.finetune.patience=0 --config.finetune.learning_rate=0"
-for arg in ${STAGES[*]:-pretrain ner nli qa}; do
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(pretrain ner nli qa)
+for arg in "${STAGES[@]}"; do
   stage=${arg%%_*}; only=${arg#"$stage"}; only=${only#_}
   for v in ${only:-$VARIANTS}; do
     W=$RUNS/$v
