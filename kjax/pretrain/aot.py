@@ -31,6 +31,7 @@ import time
 import jax
 
 from kjax.batches.synthetic import batch_shapes
+from kjax.config import platform_defaults
 from kjax.errors import KjaxError
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 
@@ -79,6 +80,8 @@ def trace(config, devices, step: str = "train", lower: bool = False):
     `lower`: lowered too (what `lower` returns)."""
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_eval_step, make_train_step
+    config = config.copy_and_resolve_references()
+    platform_defaults.resolve(config, devices[0].platform)   # the target's, not this host's
     mesh = make_mesh(config, devices)
     tx = make_optimizer(config.train)
     train_model = make_model(config, deterministic=False)
