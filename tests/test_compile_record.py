@@ -174,3 +174,23 @@ def test_the_committed_record_is_well_formed():
     target = "sha256:" + hashlib.sha256(gpu_target.encode()).hexdigest()[:16]
     assert all(e["versions"]["target"] == target for c, e in record.entries.items()
                if c.startswith("gpu ")), "the H100 target changed: run `make gpu-check RECORD=write`"
+
+
+def test_gpu_docs_quote_the_record():
+    """docs/GPU.md §6's table is the record's GPU verdicts (memory to the
+    hundredth of a GiB, the HLO checks' count, the attention path)."""
+    import re
+    record = cr.Record(os.path.join(ROOT, ".ci", "compile_record.json")).entries
+    gpu = {e["preset"]: e["verdict"] for c, e in record.items() if c.startswith("gpu ")}
+    assert {"bert_base", "modern_base", "uknowbert_b"} <= set(gpu)
+    docs = open(os.path.join(ROOT, "docs", "GPU.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| (\w+) \| \d+×\d+ \| [\d.]+ \| \d+ \| ([\d.]+) \| ([\d.]+) \| "
+                      r"([\d.]+) \| \d+ \| ([^|]+) \| (\w+) \|$", docs, re.M)
+    assert sorted(r[0] for r in rows) == sorted(gpu)
+    for preset, arguments, temporaries, peak, checks, attention in rows:
+        v = gpu[preset]
+        n = len(v["hlo_findings"])
+        assert (arguments, temporaries, peak) == tuple(
+            f"{v[k] / 2**30:.2f}" for k in ("arguments", "temporaries", "peak")), preset
+        assert checks.strip() == ("clean" if not n else f"**{n} scatter(s)**"), preset
+        assert attention == ("cuDNN" if v["cudnn_attention"] else "XLA"), preset
