@@ -148,8 +148,8 @@ def main() -> int:
             print(text, flush=True)
             failed += failures
             recorded += report["status"] == "recorded"
-            if args.record != "check":
-                record.put(report["entry"])
+            if args.record != "check" and report["status"] != "recorded":
+                record.put(report["entry"])   # a recorded entry keeps its date
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s: {recorded} recorded, "
           f"{len(cases) - recorded} compiled", flush=True)
     if args.record != "check":

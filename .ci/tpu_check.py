@@ -94,8 +94,10 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
               "hosts": len({d.process_index for d in devices}), "hbm_bytes": hbm,
               "steps": {"train": step}, "cpu_s": verdict["cpu_s"], "lower_s": lower_s,
               "status": status, "failure": failure,
-              "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
-                                     verdict, time.strftime("%Y-%m-%d"))}
+              # a recorded entry stays as it is (its date: when XLA said it)
+              "entry": None if status == "recorded" else cr.make_entry(
+                  case, preset, topology, overrides, program, versions, verdict,
+                  time.strftime("%Y-%m-%d"))}
     if fit and hbm:   # the search compiles: the record holds the preset's batch only
         largest, failing, _ = aot.fit_batch(config, devices, step, progress=lambda m: print(
             "   ", m, file=sys.stderr, flush=True))

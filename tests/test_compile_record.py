@@ -54,7 +54,7 @@ def run(check, mode):
     record = cr.Record(check.record_path)
     with cr.without_locations():
         report = check.run_case("demo", "local", [], False, record, mode)
-    if mode != "check":
+    if mode != "check" and report["entry"]:
         record.put(report["entry"])
         record.save("tpu")
     return report
