@@ -123,11 +123,12 @@ def test_flash_kernel_lowers_for_accelerators(platform):
              "weight": jax.ShapeDtypeStruct((b, s), jnp.float8_e4m3fn)}
     dense = jax.ShapeDtypeStruct((b, s, s), jnp.float8_e4m3fn)
     backend = "gpu" if platform == "cuda" else platform
-    for shake, segments, window in ((dense, None, None), (pairs, ints, 128)):
+    words = jnp.asarray([3, -5], jnp.int32)      # attention dropout's key words (dropout_hash)
+    for shake, segments, window, rate in ((dense, None, None, 0.0), (pairs, ints, 128, 0.1)):
         def loss(q, k, v, valid, seg, shake):
             return flash_attention(q, k, v, valid, segment_ids=seg, local_window=window,
-                                   shake=shake, bf=0.3, backend=backend).astype(
-                                       jnp.float32).sum()
+                                   shake=shake, bf=0.3, dropout_rate=rate, dropout_words=words,
+                                   backend=backend).astype(jnp.float32).sum()
         grad = jax.jit(jax.grad(loss, (0, 1, 2)))
         text = grad.trace(q, q, q, ints, segments, shake).lower(
             lowering_platforms=(platform,)).as_text()
@@ -136,7 +137,7 @@ def test_flash_kernel_lowers_for_accelerators(platform):
 
 @pytest.mark.parametrize("override,message", [
     ("model.attention_impl=fast", "model.attention_impl='fast'; choose auto, xla, dot_product or flash"),
-    ("model.attention_impl=flash", "has no attention dropout"),
+    ("model.attention_impl=dot_product", "has no attention dropout"),
     ("shake.layout=sparse", "shake.layout='sparse'; choose dense or pairs"),
 ])
 def test_attention_config_errors_are_one_line(override, message):
