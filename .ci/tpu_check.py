@@ -42,6 +42,8 @@ CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
          ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
          ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
          ("bert_s", "v3-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+         ("bert_base", "v3-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
+          "flash kernel, attention dropout 0.1 in it, pairs B", True),
          ("modern_small", "v3-8", PACKING, "packing", True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
 

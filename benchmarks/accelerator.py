@@ -60,6 +60,13 @@ BERT_VARIANTS = [
     ("shaking pairs B, attention dropout 0, flash, unroll + rbg",
      FAST + SHAKE + [NO_ATT_DROP, "model.attention_impl=flash", "shake.layout=pairs"]),
     ("shaking dense B, preset dropouts, xla, unroll + rbg", FAST + SHAKE),
+    # issue 34: attention dropout inside the flash kernel (targets: the preset on the
+    # fused path ≤ 1.15× the step without attention dropout; pairs B ≤ 1.05× unshaken)
+    ("attention dropout 0, hidden dropout 0.1, auto (cuDNN), unroll + rbg", FAST + [NO_ATT_DROP]),
+    ("preset dropouts, flash (attention dropout in the kernel), unroll + rbg",
+     FAST + ["model.attention_impl=flash"]),
+    ("shaking pairs B, preset dropouts, flash, unroll + rbg",
+     FAST + SHAKE + ["model.attention_impl=flash", "shake.layout=pairs"]),
 ]
 MODERN_VARIANTS = [("auto (cuDNN on GPU)", []), ("flash", ["model.attention_impl=flash"])]
 
