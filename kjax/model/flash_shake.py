@@ -16,6 +16,11 @@ in two kernels (FlashAttention-2's split, no atomics): one over query blocks
 for dq, one over key blocks for dk and dv. B and bf get no gradient (B is
 data, bf a hyper-parameter).
 
+Attention dropout (rate r) multiplies the P that meets V by Z = keep/(1 − r),
+the softmax statistics staying those of the undropped P; keep comes from
+kjax/model/dropout_hash.py, recomputed per tile in all three kernels (never
+stored): dV = (P∘Z)ᵀ dO, dP = (dO Vᵀ)∘Z, and D = rowsum(dO ∘ O) is Σ P∘dP.
+
 B arrives in one of two layouts (kjax/shake/matrix.py):
   dense  [b, q, k], one weight per (query, key);
   pairs  per query: the key run [start, end) it boosts and its weight
