@@ -73,12 +73,15 @@ def losses(prepared, steps=2, **extra):
 def test_train_step_loss_is_the_same_for_every_impl(prepared):
     """fp32, two steps (the second sees the first's gradients), heads split over
     the tensor axis (the flash kernel runs per device in a shard_map). Weights
-    drawn wide enough (0.2) that Eq. 1 moves the loss far beyond the tolerance."""
-    wide = {"model.initializer_range": 0.2}
+    drawn wide enough (0.2) that Eq. 1 moves the loss far beyond the tolerance.
+    Shaken, with attention dropout 0.1: the kernel's shards hash global
+    examples and heads, the explicit path's SPMD arrays the same bits."""
+    wide = {"model.initializer_range": 0.2, "model.attention_dropout_rate": 0.1}
     shaken = losses(prepared, **wide, **{"model.attention_impl": "xla"})
     flash = losses(prepared, **wide, **{"model.attention_impl": "flash",
                                         "shake.layout": "pairs"})
     np.testing.assert_allclose(flash, shaken, atol=1e-5, rtol=0)
+    wide["model.attention_dropout_rate"] = 0.0       # dot_product has none
     plain = losses(prepared, **wide, **{"model.shake_factor": 0.0, "model.attention_impl": "xla"})
     fused = losses(prepared, **wide, **{"model.shake_factor": 0.0,
                                         "model.attention_impl": "dot_product"})
