@@ -53,6 +53,8 @@ CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
          # the kernel itself, traced for TPU (Mosaic): v3's Mosaic refuses its bf16
          # matmuls (E2001, "Unsupported matmul RHS type"), so the oldest slice that takes it
          ("bert_s", "v4-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+         ("bert_base", "v4-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
+          "flash kernel, attention dropout 0.1 in it, pairs B", True),
          ("modern_small", "v3-8", PACKING, "packing", True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
 

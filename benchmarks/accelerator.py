@@ -60,6 +60,13 @@ BERT_VARIANTS = [
     ("shaking pairs B, attention dropout 0, flash, unroll + rbg",
      FAST + SHAKE + [NO_ATT_DROP, "model.attention_impl=flash", "shake.layout=pairs"]),
     ("shaking dense B, preset dropouts, xla, unroll + rbg", FAST + SHAKE),
+    # issue 34: attention dropout inside the flash kernel (targets: the preset on the
+    # fused path ≤ 1.15× the step without attention dropout; pairs B ≤ 1.05× unshaken)
+    ("attention dropout 0, hidden dropout 0.1, auto (cuDNN), unroll + rbg", FAST + [NO_ATT_DROP]),
+    ("preset dropouts, flash (attention dropout in the kernel), unroll + rbg",
+     FAST + ["model.attention_impl=flash"]),
+    ("shaking pairs B, preset dropouts, flash, unroll + rbg",
+     FAST + SHAKE + ["model.attention_impl=flash", "shake.layout=pairs"]),
 ]
 MODERN_VARIANTS = [("auto (cuDNN on GPU)", []), ("flash", ["model.attention_impl=flash"])]
 
@@ -228,6 +235,9 @@ def main():
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     ap.add_argument("--tiny", action="store_true", help="CPU sizes: checks the script, no speed")
     ap.add_argument("--parts", default="abcde")
+    ap.add_argument("--b-variants", default="", help="part (b): comma-separated indices of "
+                    "BERT_VARIANTS to run (default: all); with --parts b alone, part (b) gets "
+                    "the whole --budget (issue 34: --parts b --b-variants 4,6,7,9,10,11)")
     ap.add_argument("--peer-venv", default=os.environ.get("KJAX_PEER_VENV"))
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(_common.ROOT, "runs",
                                                                           "accelerator"))
@@ -253,6 +263,8 @@ def main():
     limit = {k: v[0] if tiny else v[1] for k, v in {
         "a": (120, 85), "b": (300, 170), "c_kjax": (120, 55), "c_torch": (120, 70),
         "d": (120, 45), "e": (120, 40)}.items()}
+    if args.parts == "b":
+        limit["b"] = args.budget
     sections = []
 
     def part(key, title, body):
@@ -282,7 +294,9 @@ def main():
     if "b" in args.parts:
         # tiny (fp32): the preset and the issue-24 switches that change its program
         # there (attention_logits=float32 is the same program in fp32)
-        variants = [BERT_VARIANTS[i] for i in (0, 4)] if tiny else BERT_VARIANTS
+        chosen = [int(i) for i in args.b_variants.split(",") if i]
+        variants = [BERT_VARIANTS[i] for i in (chosen or ((0, 4) if tiny else
+                                                         range(len(BERT_VARIANTS))))]
         rows, status = child("kjax", {**bert, "variants": variants}, limit["b"], log("b"))
         note = ("\n\n--tiny: two variants; the flash ones would run Pallas' interpret mode "
                 "(an emulator, no speed)." if tiny else "")

@@ -3,6 +3,7 @@
     python benchmarks/attention.py                       # seq 128, 512, 2048; records
     python benchmarks/attention.py --seqs 128,512 --no-record
     python benchmarks/attention.py --tables time         # only the timing table
+    python benchmarks/attention.py --grid --cap 420      # issue 34's grid, rows as measured
 
 Four tables:
   check   the flash kernel (Pallas; interpret mode on CPU) and
@@ -21,6 +22,14 @@ Four tables:
           from kjax.shake.matrix's builders;
   step    peak bytes of the compiled train step (fwd + bwd + AdamW) with
           shaking, B dense vs pairs vs none (XLA's buffer assignment).
+
+--grid (issue 34; for a GPU): one layer fwd+bwd at seq 512, 2048, 8192 (batch
+× seq = --tokens), bf16, for {cudnn, flash, xla} × {no dropout, attention
+dropout 0.1} × {no B, pairs B "pos" (each query boosts keys within ±8 of
+itself: few key blocks per query block), pairs B "random" (keys anywhere)}.
+cudnn = jax's cuDNN fused attention (its dropout, seeded per executable, is
+timed for comparison only: kjax does not use it; it takes no B). Each row is
+printed as soon as it is measured; the grid stops after --cap seconds.
 """
 from __future__ import annotations
 
@@ -32,6 +41,10 @@ import numpy as np
 import _common
 
 MIB = 1 << 20
+
+
+def ints(text):
+    return [int(x) for x in text.split(",")]
 
 
 def check_rows():
@@ -136,6 +149,79 @@ def time_rows(seqs, tokens, steps, backend):
     return head + "\n" + "\n".join(rows), note
 
 
+def grid(seqs, tokens, steps, cap_s):
+    """Issue 34's grid, one row printed per variant as soon as it is measured."""
+    import jax
+    import jax.numpy as jnp
+    from kjax.model import dropout_hash
+    backend, start = jax.default_backend(), time.perf_counter()
+    dtype = jnp.float32 if backend == "cpu" else jnp.bfloat16
+    h, d, words = 12, 64, dropout_hash.key_words(jax.random.key(0))
+    print("| impl | attention dropout | B | seq | batch | fwd+bwd ms (median) | ÷ same impl, "
+          "no dropout, no B |\n|---|---|---|---|---|---|---|", flush=True)
+    for s in seqs:
+        b = max(1, tokens // s)
+        rng = np.random.default_rng(0)
+        q, k, v = (jnp.asarray(rng.normal(size=(b, s, h, d)) / 4, dtype) for _ in range(3))
+        valid = jnp.ones((b, s), jnp.int32)
+        weight = jnp.asarray((rng.random((b, s)) < 0.25).astype(np.float32), jnp.float8_e4m3fn)
+        pos = np.clip(np.arange(s) + rng.integers(-8, 8, (b, s)), 0, s - 2)
+        far = rng.integers(0, s - 2, (b, s))
+        shakes = {"none": None}
+        for name, begin in (("pos", pos), ("random", far)):
+            shakes[name] = {"key_start": jnp.asarray(begin, jnp.int32),
+                            "key_end": jnp.asarray(begin + 2, jnp.int32), "weight": weight}
+        base = {}
+        for impl in ("cudnn", "flash", "xla"):
+            for rate in (0.0, 0.1):
+                for layout, shake in shakes.items():
+                    if time.perf_counter() - start > cap_s:
+                        print(f"(stopped: --cap {cap_s:.0f} s reached)", flush=True)
+                        return
+                    if impl == "cudnn" and (layout != "none" or backend != "gpu"):
+                        continue
+                    if impl == "flash" and backend == "cpu" and s > 256:
+                        continue   # interpret mode: an emulator, no speed
+                    fn = jax.jit(jax.value_and_grad(_grid_loss(impl, rate, valid, words), (0, 1, 2)))
+                    try:
+                        jax.block_until_ready(fn(q, k, v, shake))
+                        times = []
+                        for _ in range(steps):
+                            t = time.perf_counter()
+                            jax.block_until_ready(fn(q, k, v, shake))
+                            times.append(time.perf_counter() - t)
+                    except Exception as e:  # noqa: BLE001  a row that fails says why, the grid goes on
+                        print(f"| {impl} | {rate} | {layout} | {s} | {b} | failed: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:120]} | |", flush=True)
+                        continue
+                    ms = 1e3 * float(np.median(times))
+                    base.setdefault(impl, ms)
+                    print(f"| {impl} | {rate} | {layout} | {s} | {b} | {ms:.2f} | "
+                          f"{ms / base[impl]:.2f}× |", flush=True)
+
+
+def _grid_loss(impl, rate, valid, words):
+    import jax.numpy as jnp
+    from kjax.model import dropout_hash
+    from kjax.model.attention import explicit_attention
+    from kjax.model.attention_core import fused_attention
+    drop = dict(rate=rate, words=words, broadcast=False) if rate else None
+
+    def loss(q, k, v, shake):
+        if impl == "cudnn":
+            from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention
+            out = dot_product_attention(q, k, v, scale=1.0, dropout_rate=rate)
+        elif impl == "flash":
+            out = fused_attention("flash", q, k, v, valid, shake=shake, bf=0.5, dropout=drop)
+        else:
+            hashed = None if drop is None else (
+                lambda p: dropout_hash.dropout(p, words, rate))
+            out = explicit_attention(q, k, v, valid, shake=shake, bf=0.5, dropout=hashed,
+                                     logits_dtype=q.dtype)[0]
+        return out.astype(jnp.float32).sum()
+    return loss
+
+
 def _layer_loss(impl, valid):
     import jax.numpy as jnp
     from kjax.model.attention import explicit_attention
@@ -200,10 +286,15 @@ def main():
     ap.add_argument("--step-batch", type=int, default=2)
     ap.add_argument("--tables", default="check,time,b,step")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--grid", action="store_true", help="issue 34's grid only (printed, "
+                    "not recorded)")
+    ap.add_argument("--grid-seqs", default="512,2048,8192")
+    ap.add_argument("--cap", type=float, default=420, help="--grid: seconds before it stops")
     args = ap.parse_args()
+    if args.grid:
+        return grid(ints(args.grid_seqs), args.tokens, args.steps, args.cap)
     import jax
     backend = jax.default_backend()
-    ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     tables = args.tables.split(",")
     before = _common.load_average()
     parts = []

@@ -73,12 +73,15 @@ def losses(prepared, steps=2, **extra):
 def test_train_step_loss_is_the_same_for_every_impl(prepared):
     """fp32, two steps (the second sees the first's gradients), heads split over
     the tensor axis (the flash kernel runs per device in a shard_map). Weights
-    drawn wide enough (0.2) that Eq. 1 moves the loss far beyond the tolerance."""
-    wide = {"model.initializer_range": 0.2}
+    drawn wide enough (0.2) that Eq. 1 moves the loss far beyond the tolerance.
+    Shaken, with attention dropout 0.1: the kernel's shards hash global
+    examples and heads, the explicit path's SPMD arrays the same bits."""
+    wide = {"model.initializer_range": 0.2, "model.attention_dropout_rate": 0.1}
     shaken = losses(prepared, **wide, **{"model.attention_impl": "xla"})
     flash = losses(prepared, **wide, **{"model.attention_impl": "flash",
                                         "shake.layout": "pairs"})
     np.testing.assert_allclose(flash, shaken, atol=1e-5, rtol=0)
+    wide["model.attention_dropout_rate"] = 0.0       # dot_product has none
     plain = losses(prepared, **wide, **{"model.shake_factor": 0.0, "model.attention_impl": "xla"})
     fused = losses(prepared, **wide, **{"model.shake_factor": 0.0,
                                         "model.attention_impl": "dot_product"})
@@ -123,11 +126,12 @@ def test_flash_kernel_lowers_for_accelerators(platform):
              "weight": jax.ShapeDtypeStruct((b, s), jnp.float8_e4m3fn)}
     dense = jax.ShapeDtypeStruct((b, s, s), jnp.float8_e4m3fn)
     backend = "gpu" if platform == "cuda" else platform
-    for shake, segments, window in ((dense, None, None), (pairs, ints, 128)):
+    words = jnp.asarray([3, -5], jnp.int32)      # attention dropout's key words (dropout_hash)
+    for shake, segments, window, rate in ((dense, None, None, 0.0), (pairs, ints, 128, 0.1)):
         def loss(q, k, v, valid, seg, shake):
             return flash_attention(q, k, v, valid, segment_ids=seg, local_window=window,
-                                   shake=shake, bf=0.3, backend=backend).astype(
-                                       jnp.float32).sum()
+                                   shake=shake, bf=0.3, dropout_rate=rate, dropout_words=words,
+                                   backend=backend).astype(jnp.float32).sum()
         grad = jax.jit(jax.grad(loss, (0, 1, 2)))
         text = grad.trace(q, q, q, ints, segments, shake).lower(
             lowering_platforms=(platform,)).as_text()
@@ -136,7 +140,7 @@ def test_flash_kernel_lowers_for_accelerators(platform):
 
 @pytest.mark.parametrize("override,message", [
     ("model.attention_impl=fast", "model.attention_impl='fast'; choose auto, xla, dot_product or flash"),
-    ("model.attention_impl=flash", "has no attention dropout"),
+    ("model.attention_impl=dot_product", "has no attention dropout"),
     ("shake.layout=sparse", "shake.layout='sparse'; choose dense or pairs"),
 ])
 def test_attention_config_errors_are_one_line(override, message):

@@ -128,7 +128,13 @@ MODEL = {
                                         "longest context; RoPE has no table)"),
     "type_vocab_size": at_least(1, 2, "token-type (segment) embedding rows"),
     "dropout_rate": share(0.1, "dropout on embeddings, attention output and FFN"),
-    "attention_dropout_rate": share(0.1, "dropout on the attention probabilities"),
+    "attention_dropout_rate": share(0.1, "dropout on the attention probabilities (keep bits "
+                                    "hashed from (seed, step, layer, example, head, query, key): "
+                                    "the same on every attention path; kjax/model/dropout_hash.py)"),
+    "attention_dropout_broadcast": Key(False, "one attention-dropout mask per layer and step, "
+                                       "shared by every example and head (HF Flax BERT's "
+                                       "recipe: a different, weaker regulariser); false: a mask "
+                                       "per example and head, as BERT's TensorFlow code"),
     "layer_norm_eps": positive(1e-12, "LayerNorm epsilon"),
     "initializer_range": positive(0.02, "std of the truncated-normal initialiser"),
     "input_mode": Key("onehot", "how tokens become model positions: a mode of kjax/inputs "
@@ -148,7 +154,11 @@ MODEL = {
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
                           "dot_product (jax.nn.dot_product_attention) or flash (Pallas, Eq. 1 "
-                          "inside; kjax/model/attention_core.py)", choices=ATTENTION_IMPLS),
+                          "and attention dropout inside; kjax/model/attention_core.py)",
+                          choices=ATTENTION_IMPLS),
+    "attention_auto_flash": Key(False, "auto on GPU: send calls with attention dropout or Eq. 1 "
+                                "to the flash kernel instead of the explicit path (off until "
+                                "a GPU measurement says it is faster: docs/GPU.md)"),
     "attention_logits": Key("compute", "explicit attention path: dtype in which the [b, h, q, k] "
                             "logits, α and attention dropout are held: compute (model.dtype; "
                             "the softmax sums in fp32) or float32 (every one fp32, as before "

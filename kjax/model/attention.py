@@ -22,7 +22,6 @@ kjax/model/attention_core.py says which runs when.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import flax.linen as nn
@@ -30,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kjax.model import dropout_hash
 from kjax.model.attention_core import (MASK_VALUE, choose_impl, dense_shake, fused_attention,
                                        logits_mask)
 from kjax.model.config import EncoderConfig
@@ -148,16 +148,22 @@ class SelfAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q = q * jnp.asarray(1.0 / math.sqrt(head_dim), q.dtype)
         shake = shake if cfg.shakes else None
-        dropout_on = cfg.attention_dropout_rate > 0 and not self.deterministic
+        drop = None
+        if cfg.attention_dropout_rate > 0 and not self.deterministic:
+            # The layer's key (per layer under nn.scan's split, per step from the
+            # step's key) → the keep bits of kjax/model/dropout_hash.py, on any path.
+            drop = dict(rate=cfg.attention_dropout_rate, broadcast=cfg.attention_dropout_broadcast,
+                        words=dropout_hash.key_words(self.make_rng("dropout")))
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
-                           explicit=self.return_analysis or dropout_on, dtype=q.dtype)
+                           explicit=self.return_analysis, dropping=drop is not None,
+                           auto_flash=cfg.attention_auto_flash, dtype=q.dtype)
         masks = dict(segment_ids=segment_ids, local_window=self.local_window)
         if impl != "xla":
             context, probs = fused_attention(impl, q, k, v, attention_mask, **masks,
-                                             shake=shake, bf=bf), None
+                                             shake=shake, bf=bf, dropout=drop), None
         else:
-            dropout = functools.partial(nn.Dropout(cfg.attention_dropout_rate),
-                                        deterministic=self.deterministic)
+            dropout = None if drop is None else (
+                lambda p: dropout_hash.dropout(p, drop["words"], drop["rate"], drop["broadcast"]))
             # α for the analysis stays fp32 whatever the setting (norms of α·f(x)).
             low = cfg.attention_logits == "compute" and not self.return_analysis
             context, probs = explicit_attention(q, k, v, attention_mask, **masks, shake=shake,

@@ -6,24 +6,26 @@
                  mask, softmax, dropout, α·V, line by line (the reference);
     dot_product  `jax.nn.dot_product_attention` (XLA on CPU/TPU, cuDNN on GPU
                  for bf16/fp16) when the call has no Eq. 1, else xla;
-    flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 inside
-                 the online softmax (CPU: Pallas' interpret mode, slow, for
-                 tests and debugging);
+    flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 and
+                 attention dropout inside the online softmax (CPU: Pallas'
+                 interpret mode, slow, for tests and debugging);
     auto         (the default) dot_product where it is cuDNN (GPU, bf16 or
-                 fp16) and the call has no Eq. 1, else xla. On CPU the XLA
+                 fp16) and the call has neither Eq. 1 nor attention dropout,
+                 else xla; with model.attention_auto_flash on GPU, flash for
+                 the calls with either (docs/GPU.md: off until a GPU figure
+                 says the kernel wins, docs/PERFORMANCE.md). On CPU the XLA
                  form of dot_product_attention measured 1.2–1.45× slower
                  than the explicit path, with a larger peak
                  (docs/PERFORMANCE.md, "attention fwd+bwd"): it is the same
                  algorithm with extra mask plumbing, and TPU runs the same
                  XLA code, so auto keeps the explicit path there.
 
-Whatever the setting, a call that needs the attention weights themselves runs
-the explicit path: `return_analysis` (α per head) and active attention
-dropout (the fused paths have none; training with
-model.attention_dropout_rate > 0 stays explicit, ModernBERT trains with 0).
-`auto` does not pick flash for shaken calls yet: the kernel is verified in
-interpret mode and lowers for TPU (Mosaic) and GPU (Triton), but has not
-been compiled or timed on an accelerator (docs/PERFORMANCE.md).
+Whatever the setting, a call that needs the attention weights themselves
+(`return_analysis`: α per head) runs the explicit path, and so does a call
+with attention dropout under dot_product (cuDNN's dropout is not a function
+of (seed, step): kjax/model/dropout_hash.py). Attention dropout draws the
+same keep bits on the explicit and flash paths (dropout_hash), so switching
+between them does not change a run's masks.
 
 Masks follow `jax.nn.dot_product_attention` (True attends): the padding mask
 over keys [b, k], optional segment ids [b, s] (packed documents: a query sees
@@ -32,6 +34,8 @@ ModernBERT's 128-token local attention). A query row with no key to attend
 to is undefined (kjax never reads one: it is a padded position).
 """
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -68,7 +72,8 @@ def logits_mask(attention_mask, segment_ids=None, local_window: int | None = Non
     return mask
 
 
-def choose_impl(impl: str, *, shaking: bool, explicit: bool, dtype=jnp.float32) -> str:
+def choose_impl(impl: str, *, shaking: bool, explicit: bool, dropping: bool = False,
+                auto_flash: bool = False, dtype=jnp.float32) -> str:
     """The path one call takes: "xla", "dot_product" or "flash" (module doc)."""
     if impl not in IMPLS:
         raise ValueError(f"model.attention_impl={impl!r}; choose one of {IMPLS}")
@@ -76,9 +81,11 @@ def choose_impl(impl: str, *, shaking: bool, explicit: bool, dtype=jnp.float32) 
         return "xla"
     if impl == "flash":
         return "flash"
+    if impl == "auto" and auto_flash and (shaking or dropping) and platform() == "gpu":
+        return "flash"
     if impl == "auto" and not _cudnn(dtype):
         return "xla"
-    return "xla" if shaking else "dot_product"
+    return "xla" if shaking or dropping else "dot_product"
 
 
 def _cudnn(dtype) -> bool:
@@ -86,13 +93,14 @@ def _cudnn(dtype) -> bool:
 
 
 def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
-                    local_window: int | None = None, shake=None, bf=None):
-    """q (scaled by 1/sqrt(d)), k, v [b, s, heads, d] → context [b, s, heads, d]."""
-    if impl == "dot_product":
+                    local_window: int | None = None, shake=None, bf=None, dropout=None):
+    """q (scaled by 1/sqrt(d)), k, v [b, s, heads, d] → context [b, s, heads, d].
+    `dropout`: {"rate", "words", "broadcast"} (kjax/model/dropout_hash.py), flash only."""
+    if impl == "dot_product" and dropout is None:
         return _dot_product(q, k, v, attention_mask, segment_ids, local_window)
     if impl != "flash":
-        raise ValueError(f"fused_attention runs dot_product or flash, not {impl!r}")
-    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf)
+        raise ValueError(f"fused_attention runs dot_product (no dropout) or flash, not {impl!r}")
+    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout)
 
 
 def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
@@ -111,33 +119,55 @@ def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
                                         implementation="xla")
 
 
-def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf):
+def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout):
     """The kernel is per (example, head): under a mesh it runs per device on
     its batch and head shards (shard_map), as XLA cannot partition a Pallas
-    call. The specs come from the logical-axis rules, not from mesh names."""
+    call. The specs come from the logical-axis rules, not from mesh names.
+    Dropout's keep bits hash the global example and head, so each shard
+    passes its offsets: the masks do not depend on the mesh."""
     interpret = platform() == "cpu"
     bf = jnp.asarray(0.0 if bf is None else bf, jnp.float32)
+    rate = 0.0 if dropout is None else dropout["rate"]
+    broadcast = dropout is not None and dropout["broadcast"]
+    words = jnp.zeros(2, jnp.int32) if dropout is None else dropout["words"]
+    mesh = jax.sharding.get_abstract_mesh()
+    heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
 
-    def local(q, k, v, attention_mask, segment_ids, shake, bf):
+    def local(q, k, v, attention_mask, segment_ids, shake, bf, words, sharded=False):
+        base = None
+        if sharded and rate:
+            base = jnp.stack([_axis_index(heads[0]) * q.shape[0],
+                              _axis_index(heads[2]) * q.shape[2],
+                              jnp.int32(q.shape[2] * _axes_size(mesh, heads[2]))])
         return flash_attention(q, k, v, attention_mask, segment_ids=segment_ids,
                                local_window=local_window, shake=shake, bf=bf,
+                               dropout_rate=rate, dropout_words=words,
+                               dropout_broadcast=broadcast, index_base=base,
                                interpret=interpret)
 
-    args = (q, k, v, attention_mask, segment_ids, shake, bf)
-    mesh = jax.sharding.get_abstract_mesh()
+    args = (q, k, v, attention_mask, segment_ids, shake, bf, words)
     if mesh.empty or mesh.size == 1:
         return local(*args)
-    heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
     if q.shape[0] % _axes_size(mesh, heads[0]) or q.shape[2] % _axes_size(mesh, heads[2]):
         return local(*args)   # e.g. init's one-example batch: unsharded (XLA replicates it)
     rows = P(heads[0], None)
     shake_spec = None if shake is None else (
         jax.tree.map(lambda _: rows, shake) if isinstance(shake, dict) else P(heads[0], None, None))
-    specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P())
-    return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=heads,
-                         check_vma=False)(*args)
+    specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P(),
+             P())
+    return jax.shard_map(functools.partial(local, sharded=True), mesh=mesh, in_specs=specs,
+                         out_specs=heads, check_vma=False)(*args)
+
+
+def _names(axes) -> tuple:
+    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
 
 
 def _axes_size(mesh, axes) -> int:
-    names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    return int(np.prod([mesh.shape[n] for n in names]))
+    return int(np.prod([mesh.shape[n] for n in _names(axes)]))
+
+
+def _axis_index(axes):
+    """This shard's index along mesh axes (major first, as a PartitionSpec splits)."""
+    names = _names(axes)
+    return jax.lax.axis_index(names).astype(jnp.int32) if names else jnp.int32(0)

@@ -25,6 +25,7 @@ class EncoderConfig:
     type_vocab_size: int = 2
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
+    attention_dropout_broadcast: bool = False   # one mask for every example and head (HF Flax)
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     input_mode: str = "onehot"        # a mode of kjax/inputs; it names the embedding path
@@ -40,6 +41,7 @@ class EncoderConfig:
     scan_unroll: int = 1               # layers per scanned iteration; 0: all (no loop)
     remat_policy: str = "none"
     attention_impl: str = "auto"       # kjax/model/attention_core.py
+    attention_auto_flash: bool = False  # auto on GPU: flash for calls with dropout or Eq. 1
     attention_logits: str = "compute"  # explicit path: [b, h, q, k] in compute dtype or float32
     # modern only (ModernBERT): RoPE bases, local window, global-layer period.
     rope_theta: float = 160_000.0

@@ -16,6 +16,11 @@ in two kernels (FlashAttention-2's split, no atomics): one over query blocks
 for dq, one over key blocks for dk and dv. B and bf get no gradient (B is
 data, bf a hyper-parameter).
 
+Attention dropout (rate r) multiplies the P that meets V by Z = keep/(1 − r),
+the softmax statistics staying those of the undropped P; keep comes from
+kjax/model/dropout_hash.py, recomputed per tile in all three kernels (never
+stored): dV = (P∘Z)ᵀ dO, dP = (dO Vᵀ)∘Z, and D = rowsum(dO ∘ O) is Σ P∘dP.
+
 B arrives in one of two layouts (kjax/shake/matrix.py):
   dense  [b, q, k], one weight per (query, key);
   pairs  per query: the key run [start, end) it boosts and its weight
@@ -45,6 +50,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kjax.model import dropout_hash
 from kjax.model.platform import platform
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)   # jax.nn.dot_product_attention's
@@ -60,6 +66,8 @@ class Static:
     half_window: int | None   # |q − k| ≤ half_window attends; None: global
     segments: bool
     shake: str                # "none" | "dense" | "pairs"
+    dropout: float            # attention dropout rate (0: none)
+    drop_broadcast: bool      # one mask shared by every example and head
     interpret: bool           # run through XLA (CPU): tests and debugging
     triton: bool              # on GPU: Pallas' Triton backend (not Mosaic GPU)
 
@@ -89,21 +97,61 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols):
         mask = mask & (refs["q_seg"][rows, :] == refs["k_seg"][:, cols])
     if st.half_window is not None:
         mask = mask & (qpos - kpos <= st.half_window) & (kpos - qpos <= st.half_window)
-    tile = None
     if st.shake == "dense":
         tile = refs["shake"][rows, cols].astype(jnp.float32)
-    elif st.shake == "pairs":
-        inside = (kpos >= refs["key_start"][rows, :]) & (kpos < refs["key_end"][rows, :])
-        tile = jnp.where(inside, refs["weight"][rows, :].astype(jnp.float32), 0.0)
-    shaken = s if tile is None else s + jnp.abs(s * tile) * refs["bf"][0, 0]   # Eq. 1
-    return s, shaken, mask, tile
+        return s, s + jnp.abs(s * tile) * refs["bf"][0, 0], mask, (tile, None)   # Eq. 1
+    if st.shake != "pairs":
+        return s, s, mask, None
+    start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
+    # Pairs boost few keys per query (pos: a handful near the query), so most
+    # tiles have no boosted pair: skip Eq. 1's arithmetic there. The flag costs
+    # O(block_q) per tile against the tile's O(block_q · block_k); a max, as
+    # Triton lowers no `any`.
+    hit = jnp.max(jnp.where((weight != 0) & (start < k0 + bk) & (end > k0), 1, 0)) > 0
+
+    def eq1():
+        tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
+        return s + jnp.abs(s * tile) * refs["bf"][0, 0], tile
+
+    shaken, tile = lax.cond(hit, eq1, lambda: (s, jnp.zeros_like(s)))
+    return s, shaken, mask, (tile, hit)
 
 
-def _eq1_backward(st: Static, refs, ds, s, tile):
-    if tile is None:
+def _drop_seed(st: Static, refs):
+    """[1, 1] seed of this grid step's (example, head) plane, or None without
+    dropout. `drop` holds k0, k1 and the global index of the shard's first
+    example and head and the heads in all (kjax/model/dropout_hash.py): kept
+    as [1, 1] vectors, no scalar extraction (Mosaic and Triton alike)."""
+    if not st.dropout:
+        return None
+    word = lambda i: refs["drop"][:, i:i + 1]  # noqa: E731  a [1, 1] load (Triton has no slice)
+    plane = jnp.zeros((1, 1), jnp.int32) if st.drop_broadcast else (
+        (word(2) + pl.program_id(0)) * word(4) + word(3) + pl.program_id(1))
+    return dropout_hash.plane_seed(word(0), word(1), plane)
+
+
+def _drop_scale(st: Static, seed, q0, k0, bq, bk, seq):
+    """Z = keep/(1 − rate) on the tile (None without dropout): the same bits as
+    the explicit path's dropout_hash.keep_mask, recomputed wherever needed."""
+    if seed is None:
+        return None
+    rows = q0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 0)
+    cols = k0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 1)
+    return jnp.where(dropout_hash.keep(seed, rows, cols, seq, st.dropout),
+                     np.float32(1.0 / (1.0 - st.dropout)), np.float32(0.0))
+
+
+def _dropped(p, z):
+    return p if z is None else p * z
+
+
+def _eq1_backward(st: Static, refs, ds, s, b):
+    if b is None:
         return ds
+    tile, hit = b
     # d|s·B|/ds = B·sign(s) for B ≥ 0, with jnp.abs's convention sign(0) = +1.
-    return ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))
+    chain = lambda: ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))  # noqa
+    return chain() if hit is None else lax.cond(hit, chain, lambda: ds)
 
 
 def _span(outer0, outer_block, inner_block, n_inner, half):
@@ -127,6 +175,7 @@ def _forward_kernel(*refs, st: Static, names):
     q = r["q"][...]
     bq, seq = q.shape[0], r["k"].shape[0]
     q0 = pl.program_id(2) * bq
+    seed = _drop_seed(st, r)
 
     def body(j, carry):
         acc, m, l = carry
@@ -138,7 +187,8 @@ def _forward_kernel(*refs, st: Static, names):
         m_new = jnp.maximum(m, jnp.max(shaken, axis=1, keepdims=True))
         p = jnp.where(mask, jnp.exp(shaken - m_new), 0.0)
         correction = jnp.exp(m - m_new)
-        l = correction * l + jnp.sum(p, axis=1, keepdims=True)
+        l = correction * l + jnp.sum(p, axis=1, keepdims=True)   # statistics: undropped p
+        p = _dropped(p, _drop_scale(st, seed, q0, k0, bq, st.block_k, seq))
         acc = correction * acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
                                                  preferred_element_type=jnp.float32)
         return acc, m_new, l
@@ -157,6 +207,7 @@ def _dq_kernel(*refs, st: Static, names):
     q, do, lse, delta = r["q"][...], r["do"][...], r["lse"][...], r["delta"][...]
     bq, seq = q.shape[0], r["k"].shape[0]
     q0 = pl.program_id(2) * bq
+    seed = _drop_seed(st, r)
 
     def body(j, dq):
         k0 = pl.multiple_of(j * st.block_k, st.block_k)
@@ -164,7 +215,9 @@ def _dq_kernel(*refs, st: Static, names):
         k, v = r["k"][cols, :], r["v"][cols, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols)
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
-        dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+        # dP = (dO·Vᵀ)∘Z; D = rowsum(dO∘O) already is Σ P∘dP (O used the dropped P).
+        dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32),
+                      _drop_scale(st, seed, q0, k0, bq, st.block_k, seq))
         ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
         return dq + lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())),
                                     preferred_element_type=jnp.float32)
@@ -179,6 +232,7 @@ def _dkv_kernel(*refs, st: Static, names):
     k, v = r["k"][...], r["v"][...]
     bk, seq = k.shape[0], r["q"].shape[0]
     k0 = pl.program_id(2) * bk
+    seed = _drop_seed(st, r)
 
     def body(i, carry):
         dk, dv = carry
@@ -188,8 +242,10 @@ def _dkv_kernel(*refs, st: Static, names):
         lse, delta = r["lse"][rows, :], r["delta"][rows, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None))
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
-        dv = dv + lax.dot_general(p.astype(do.dtype), do, TN, preferred_element_type=jnp.float32)
-        dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+        z = _drop_scale(st, seed, q0, k0, st.block_q, bk, seq)
+        dv = dv + lax.dot_general(_dropped(p, z).astype(do.dtype), do, TN,
+                                  preferred_element_type=jnp.float32)
+        dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32), z)
         ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
         dk = dk + lax.dot_general(ds.astype(q.dtype), q, TN, preferred_element_type=jnp.float32)
         return dk, dv
@@ -209,8 +265,8 @@ QUERY_SIDE = ("q", "do", "lse", "delta", "q_seg", "key_start", "key_end", "weigh
 def _spec(name: str, shape, over_q: bool, block: int) -> pl.BlockSpec:
     """The block of `name` a grid step (b, h, i) sees; i walks query blocks
     (over_q) or key blocks. The side the grid walks is blocked, the other whole."""
-    if name == "bf":
-        return pl.BlockSpec((1, 1), lambda b, h, i: (0, 0))
+    if name in ("bf", "drop"):
+        return pl.BlockSpec(shape, lambda b, h, i: (0, 0))
     seq = shape[-2] if len(shape) == 4 or name in QUERY_SIDE else shape[-1]
     if name == "shake":                      # [b, q, k]
         if over_q:
@@ -284,7 +340,9 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int | None = None,
-                    shake=None, bf=None, block_q: int | None = None, block_k: int | None = None,
+                    shake=None, bf=None, dropout_rate: float = 0.0, dropout_words=None,
+                    dropout_broadcast: bool = False, index_base=None,
+                    block_q: int | None = None, block_k: int | None = None,
                     interpret: bool = False, backend: str | None = None):
     """Attention of q, k, v [b, s, heads, d] (q already scaled by 1/sqrt(d)) → [b, s, heads, d].
 
@@ -293,13 +351,20 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     w: a query sees keys with |q − k| ≤ w // 2. `shake`: B dense [b, s, s] or
     pairs {"key_start", "key_end", "weight"} [b, s] (see kjax/shake/matrix.py),
     applied with this layer's `bf` (Eq. 1); None: plain attention.
+    `dropout_rate` > 0: attention dropout with the keep bits of
+    kjax/model/dropout_hash.py from `dropout_words` (int32 [2], the layer's
+    key: dropout_hash.key_words); `index_base` (int32 [3]): the global index
+    of this call's first example and first head and the heads in all (a
+    shard_map shard's offsets; default 0, 0, heads); `dropout_broadcast`:
+    one mask for every example and head.
     `backend` ("gpu", "tpu"): the platform to lower for (default: jax's).
     """
-    b, seq = q.shape[:2]
+    b, seq, heads = q.shape[:3]
     layout = "none" if shake is None else ("pairs" if isinstance(shake, dict) else "dense")
     st = Static(block_q or pick_block(seq), block_k or pick_block(seq),
                 None if local_window is None else int(local_window) // 2,
-                segment_ids is not None, layout, bool(interpret),
+                segment_ids is not None, layout, float(dropout_rate), bool(dropout_broadcast),
+                bool(interpret),
                 not interpret and (backend or platform()) == "gpu")
     if seq % st.block_q or seq % st.block_k:
         raise ValueError(f"sequence length {seq} is not a multiple of the blocks "
@@ -317,5 +382,11 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
                    weight=shake["weight"].astype(jnp.float32).reshape(b, seq, 1))
     if layout != "none":
         aux["bf"] = jnp.asarray(bf, jnp.float32).reshape(1, 1)
+    if st.dropout:
+        dropout_hash.threshold(st.dropout)          # the rate's range, checked once
+        base = jnp.asarray([0, 0, heads] if index_base is None else index_base, jnp.int32)
+        # [1, 8]: k0, k1, first example, first head, heads in all (padded: Triton, Mosaic)
+        aux["drop"] = jnp.concatenate([jnp.asarray(dropout_words, jnp.int32).reshape(2),
+                                       base.reshape(3), jnp.zeros(3, jnp.int32)]).reshape(1, 8)
     to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, s, h, d] ↔ [b, h, s, d]
     return to_heads(_attention(st, to_heads(q), to_heads(k), to_heads(v), aux))
