@@ -182,7 +182,7 @@ def tables(rows: list[dict], steps: int, hlo: dict[str, str], top: int, by: str)
     if rest:
         head.append(f"| {sum(r['ms_step'] for r in rest):.3f} | "
                     f"{sum(r['share'] for r in rest):.1%} | {sum(r['per_step'] for r in rest):g} "
-                    f"| ({len(rest)} more) | |")
+                    f"| ({len(rest)} more) | – |")
     fams: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0])
     for r in rows:
         f = family(" ".join([r["name"], *r["ops"], *(hlo.get(o, "") for o in r["ops"])]))
