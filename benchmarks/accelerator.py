@@ -3,7 +3,8 @@ device call of a few minutes measures them (compile times on an H200: 20-45
 s per BERT-base program). Each part runs in child processes under its own
 limit, and every row is printed the moment it is measured: a part cut off
 keeps what it printed and says where it was. One persistent compilation
-cache per run (OUT/jax_cache, shared by every child): a program that one
+cache per run (in a scratch folder under /tmp, shared by every child; not
+in OUT, which a lent machine sends back under a size limit): a program that one
 part compiled is read back by the next (column "cache").
 
     (a) BERT-base seq 512 batch 32 bf16: kjax's preset and its fastest recipe
@@ -49,10 +50,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import _common
@@ -201,8 +205,11 @@ def main():
     budget = args.budget or (1500 if tiny else 290 if quick else 540)
     os.makedirs(args.out, exist_ok=True)
     DEADLINE[0] = time.perf_counter() + budget
+    # Bulky files (compilation cache, traces, checkpoints) go to a scratch folder,
+    # not OUT: on a lent machine OUT is what comes back, and it has a size limit.
+    scratch = tempfile.mkdtemp(prefix="kjax_bench_")
     if not args.no_cache:   # one cache for every child of this run
-        os.environ.update(_common.cache_env(os.path.join(args.out, "jax_cache")))
+        os.environ.update(_common.cache_env(os.path.join(scratch, "jax_cache")))
     limit = {k: v[0] if tiny else v[1] if quick else v[2] for k, v in LIMITS.items()}
     sections = []
 
@@ -221,6 +228,12 @@ def main():
         body("\n".join(lines) + ("" if status == "ok" else f"\n\n{label}: {status}"))
         if status != "ok":
             say(f"{label}: {status}")
+
+    def keep(pattern, folder):
+        """Copy the small results of a part from scratch into OUT/folder."""
+        os.makedirs(os.path.join(args.out, folder), exist_ok=True)
+        for path in glob.glob(pattern, recursive=True):
+            shutil.copy(path, os.path.join(args.out, folder))
 
     bert = dict(preset="bert_base", seq=32 if tiny else 512, batch=2 if tiny else 32,
                 dtype="float32" if tiny else "bfloat16", extra=TINY_MODEL if tiny else [],
@@ -295,18 +308,22 @@ def main():
     if "f" in parts:
         part("f", "`kjax train` of a small model: SIGTERM, SIGKILL, resume (train_resume.py)")
         script("f", [os.path.join(HERE, "train_resume.py"), "--out",
-                     os.path.join(args.out, "train_resume")] + (["--tiny"] if tiny else []),
+                     os.path.join(scratch, "train_resume")] + (["--tiny"] if tiny else []),
                "train_resume.py")
+        keep(os.path.join(scratch, "train_resume", "kjax.log"), "train_resume")
     if "g" in parts:
         part("g", "where the preset step's time goes (profile_step.py, 3 steps traced)")
         script("g", [os.path.join(HERE, "profile_step.py"), "--config", "bert_base", "--seq",
                      str(bert["seq"]), "--batch", str(bert["batch"]), "--dtype", bert["dtype"],
                      "--steps", "3", "--top", "12" if tiny else "30",
-                     "--out", os.path.join(args.out, "profile"), *bert["extra"]], "profile_step.py")
+                     "--out", os.path.join(scratch, "profile"), *bert["extra"]], "profile_step.py")
+        for name in ("profile.md", "step.hlo.txt.gz", "**/*.trace.json.gz"):
+            keep(os.path.join(scratch, "profile", name), "profile")
     if "m" in parts:
         part("m", "modern_base: start → first step, phase by phase (modern_compile.py)")
         script("m", [os.path.join(HERE, "modern_compile.py"), "--out",
-                     os.path.join(args.out, "modern_compile"), "--budget",
+                     os.path.join(args.out, "modern_compile"), "--scratch",
+                     os.path.join(scratch, "modern_compile"), "--budget",
                      str(limit["m"] - 10)] + (["--tiny"] if tiny else []), "modern_compile.py")
     import jax
     head = (f"### accelerator (issues 24, 33{', --tiny: a check of the script, no speed' if tiny else ''}"
@@ -318,6 +335,7 @@ def main():
     if not args.no_record:
         with open(perf, "a", encoding="utf-8") as f:
             f.write("\n" + text)
+    shutil.rmtree(scratch, ignore_errors=True)
     print(f"wrote {os.path.join(args.out, 'accelerator.md')} ({jax.default_backend()})")
 
 

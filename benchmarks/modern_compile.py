@@ -62,7 +62,7 @@ def emit(**row) -> None:
     print(json.dumps(row), flush=True)
 
 
-def top_host_events(trace_dir: str, n: int = 8) -> list[tuple[str, float]]:
+def top_host_events(trace_dir: str, n: int = 15) -> list[tuple[str, float]]:
     """The host events of a trace with the largest summed seconds (XLA's
     passes, autotuners and PTX/cubin compiles are TraceMe events), skipping
     Python frames and the profiler's own."""
@@ -156,7 +156,8 @@ def run_all(args, say=print) -> str:
                 extra=(TINY_MODEL if tiny else []) + [
                     "model.remat_policy=none",  # as benchmarks/accelerator.py part (c)
                     f"data.max_predictions_per_seq={round(0.3 * (64 if tiny else 1024))}"])
-    cache = os.path.join(args.out, "modern_cache")
+    scratch = args.scratch or args.out   # the cache and the trace: bulky
+    cache = os.path.join(scratch, "modern_cache")
     variants = VARIANTS[:4] if tiny else VARIANTS
     title = (f"{spec['preset']} seq {spec['seq']} batch {spec['batch']} {spec['dtype']}, no "
              f"remat: seconds per phase, each variant its own process ({args.limit:.0f} s limit)")
@@ -174,7 +175,7 @@ def run_all(args, say=print) -> str:
                    {"JAX_ENABLE_COMPILATION_CACHE": "false", "JAX_COMPILATION_CACHE_DIR": ""})
         s = {**spec, "extra": spec["extra"] + overrides}
         if use == "trace":
-            s["trace_dir"] = os.path.join(args.out, "compile_trace")
+            s["trace_dir"] = os.path.join(scratch, "compile_trace")
         got: dict = {}
 
         def on_line(line, got=got, name=name):
@@ -193,9 +194,10 @@ def run_all(args, say=print) -> str:
         lines.append(row(name, flags, got, status))
         say(lines[-1])
     for name, top in traces:
-        lines += ["", f"Longest host events while compiling ({name}; inclusive seconds, "
-                  "nested events counted in each):", ""]
-        lines += [f"- {s:.2f} s {n}" for n, s in top]
+        more = ["", f"Longest host events while compiling ({name}; inclusive seconds, "
+                "nested events counted in each):", ""] + [f"- {s:.2f} s {n}" for n, s in top]
+        lines += more
+        say("\n".join(more))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "modern_compile.md"), "w", encoding="utf-8") as f:
         f.write(text)
@@ -208,6 +210,8 @@ def main():
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--tiny", action="store_true", help="CPU sizes, 4 variants: checks the script")
     ap.add_argument("--out", default=os.path.join(_common.ROOT, "runs", "modern_compile"))
+    ap.add_argument("--scratch", help="folder for the compilation cache and the trace "
+                    "(default --out)")
     ap.add_argument("--limit", type=float, default=75, help="seconds per variant")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all variants")
     args = ap.parse_args()
