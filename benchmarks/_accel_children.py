@@ -35,6 +35,8 @@ def measure(config, rounds: int, steps: int) -> dict:
     # earlier part compiled is read back, and its compile time says so
     cache = "" if not _common.cache_files() and not before else \
         ("hit" if _common.cache_files() == before else "miss")
+    # progress, so a variant cut off in its first step still shows its compile time
+    print(json.dumps({"phase": "compiled", "s": round(compile_s, 1), "cache": cache}), flush=True)
     state, first_s = _common.timed_steps(compiled, state, batch, 1)
     times = []
     for _ in range(rounds):

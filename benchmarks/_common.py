@@ -130,7 +130,11 @@ def stream(cmd: list[str], limit: float, log: str, on_line, env: dict | None = N
 
         def read():
             for line in proc.stdout:
-                on_line(line.rstrip("\n"))
+                try:
+                    on_line(line.rstrip("\n"))
+                except Exception as e:  # noqa: BLE001 — one bad line must not end the reading
+                    print(f"  (line not understood: {e!r}: {line.strip()[:200]})",
+                          file=sys.stderr, flush=True)
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:

@@ -131,7 +131,7 @@ def variant_row(r: dict) -> str:
 
 def child(kind: str, spec: dict, limit: float, log: str, names: list[str]):
     """Rows of a child part, each printed as it arrives; (rows, table)."""
-    rows, table, started = [], [HEAD], []
+    rows, table, started, phase = [], [HEAD], [], []
     say(HEAD)
 
     def on_line(line):
@@ -141,7 +141,13 @@ def child(kind: str, spec: dict, limit: float, log: str, names: list[str]):
         if "start" in r:
             started.append(r["start"])
             return
+        if "phase" in r:   # progress inside a variant: shown, and kept for a cut-off row
+            phase[:] = [r]
+            say(f"  ({started[0] if started else ''}: {r['phase']} in {r['s']} s, "
+                f"cache {r.get('cache') or 'off'})")
+            return
         started.clear()
+        phase.clear()
         rows.append(r)
         table.append(variant_row(r))
         say(table[-1])
@@ -149,7 +155,10 @@ def child(kind: str, spec: dict, limit: float, log: str, names: list[str]):
                      json.dumps(spec)], limit, log, on_line)
     tail = []
     if started:
-        tail.append(f"| {started[0]} | – | – | – | NO | {status}: no step time | – | – | – |")
+        got = f"{phase[0]['s']:.1f}" if phase else "–"
+        cache = phase[0].get("cache") or "–" if phase else "–"
+        tail.append(f"| {started[0]} | {got} | {cache} | – | NO | {status}: no step time "
+                    "| – | – | – |")
     elif status != "ok":
         tail.append(f"| (part) | {status} | | | | | | | |")
     seen = {r["name"] for r in rows} | set(started)

@@ -71,6 +71,8 @@ def kernel_events(path: str) -> tuple[list[dict], str]:
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e]
     devices = {p for p, n in procs.items() if n.startswith("/device:")}
     streams = {k for k, n in threads.items() if k[0] in devices and n.startswith("Stream")}
+    # a TPU's device plane has no stream lines: its "XLA Ops" line is the kernels
+    streams = streams or {k for k, n in threads.items() if k[0] in devices and n == "XLA Ops"}
     if streams:
         lines = sorted({threads[k] for k in streams})
         return [e for e in complete if (e["pid"], e["tid"]) in streams], \
