@@ -31,7 +31,7 @@ Seconds per part on a GPU (limits; a part ends sooner when it is done):
     (e)          –                   40
     (f)          –                   60
     (g)          –                   50
-    (m)          –                   –                420 (75 per variant)
+    (m)          –                   –                420 (120 default, 75 others)
     sum          275 (--budget 290)  540 (--budget 540)
 
     bash benchmarks/accelerator.sh --quick          # lent GPU (device_run.md)

@@ -127,8 +127,8 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
     assert any("scan_unroll=0 + dropout_rng=rbg" in n for n in names)
     assert any(n.startswith("torch ") and "eager" in n for n in names)
     assert all(float(r[5]) > 0 and int(r[6]) > 0 for r in rows)
-    for r in rows:   # every row was printed the moment it was measured, not only at the end
-        assert proc.stdout.count(r[0]) >= 2
+    for r in rows:   # every row was printed as it was measured (the md is not printed)
+        assert f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" in proc.stdout
     assert "not reached" not in text and "cut off" not in text
     assert "--tiny: two variants" in text and "torch.compile not run" in text
     assert "kjax (auto (cuDNN on GPU)) / PyTorch eager tokens/s" in text
