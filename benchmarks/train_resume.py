@@ -87,9 +87,14 @@ def run(args, say) -> str:
     log = os.path.join(work, "kjax.log")
     write_corpus(os.path.join(work, "corpus.txt"), 2000 if args.tiny else 6000)
     t = time.perf_counter()
+    def tail() -> str:   # why a step failed, in the output a lent machine shows
+        with open(log, encoding="utf-8", errors="replace") as f:
+            return " / ".join(x.strip() for x in f.read().splitlines()[-4:])
+
     for verb in (["tokenizer", "train"], ["prepare"]):
         if kjax([*verb, *cfg], log, env).wait():
-            return f"| {' '.join(verb)} | failed (see {log}) |"
+            say(f"`kjax {' '.join(verb)}` failed: {tail()}")
+            return f"`kjax {' '.join(verb)}` failed: {tail()}"
     say(f"tokenizer + prepare: {time.perf_counter() - t:.1f} s")
     lines = ["| run | exit | seconds | last step logged |", "|---|---|---|---|"]
 
@@ -98,6 +103,8 @@ def run(args, say) -> str:
         done = max(train_rows(runs[key]) or [0])
         lines.append(f"| {name} | {rc} | {time.perf_counter() - t0:.1f} | {done} |")
         say(lines[-1])
+        if rc not in (0, 143, -9):
+            say(f"  exit {rc}: {tail()}")
         return rc
 
     runs = {"straight": os.path.join(work, "straight"), "resumed": os.path.join(work, "resumed")}
