@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Fine-tuning sanity runs on the CPU demo models (docs/FINETUNE.md "Sanity
-# table"). Needs the demo pretraining runs and ../shared/data:
+# table"). Needs the demo pretraining runs and the data folder
+#   bash experiments/finetune_sanity.sh --data DIR      (or DATA=DIR)
+# DIR: the KLUE v1.1 and KorQuAD 1.0 dev files as docs/DATA.md lays them out
+# (where to get them, versions, licences). The demo runs:
 #   kjax demo                      → runs/demo            (one-hot, sentencepiece)
 #   kjax demo --scheme multihot    → runs/demo_multihot   (UKnowBERT's multi-hot input)
 # The SHAKE variants pretrained with shaking: experiments/shake_sanity.sh.
 # Each line: KLUE / KorQuAD dev files carved into seeded splits
 # (finetune.split, split_seed 12345), `max_examples` per split, 3 seeds.
 set -euo pipefail
-DATA=${DATA:-../shared/data}
+DATA=${DATA:-}
+case ${1:-} in
+  --data) DATA=${2:?--data needs a folder} ;;
+  --data=*) DATA=${1#--data=} ;;
+esac
+[ -n "$DATA" ] || { echo "usage: $0 --data DIR (KLUE and KorQuAD dev files: docs/DATA.md)" >&2
+                    exit 2; }
 KJAX=${KJAX:-.venv/bin/kjax}
 OUT=${OUT:-runs/ft/sanity}
 # learning_rate=0: the size rule (the demo workdirs' recorded configs may hold 5e-5)

@@ -4,10 +4,20 @@
 # expected result: experiments/configs/shake_sanity.py). Fine-tuning uses no
 # shaking (bf 0), as the thesis's "+0.3 pretraining helps even with no
 # manipulation at fine-tuning" (METHODS §1.6); variants 5-6 keep their input mode.
-#   bash experiments/shake_sanity.sh [STAGE[_VARIANT] ...]   (default: pretrain ner nli qa)
-# e.g. `ner_pos_plus`: NER of variant pos_plus only.
+#   bash experiments/shake_sanity.sh [--data DIR] [STAGE[_VARIANT] ...]
+#       (default stages: pretrain ner nli qa; e.g. `ner_pos_plus`: NER of variant pos_plus only)
+# DIR (or $DATA): the KLUE v1.1 and KorQuAD 1.0 dev files as docs/DATA.md lays
+# them out (where to get them, versions, licences); the fine-tuning stages need it.
 set -euo pipefail
-DATA=${DATA:-../shared/data}
+DATA=${DATA:-}
+STAGES=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --data) DATA=${2:?--data needs a folder}; shift 2 ;;
+    --data=*) DATA=${1#--data=}; shift ;;
+    *) STAGES+=("$1"); shift ;;
+  esac
+done
 KJAX=${KJAX:-.venv/bin/kjax}
 RUNS=${RUNS:-runs/shake_sanity}
 C=experiments/configs/shake_sanity.py
@@ -29,7 +39,8 @@ NLI="--task pair --train $DATA/klue/klue-nli-v1.1_dev.json --config.finetune.spl
 QA="--task qa --train $DATA/korquad/KorQuAD_v1.0_dev.json --config.finetune.split=(0.8,0.2)
     --config.finetune.max_examples=300 --config.finetune.doc_stride=64 --config.finetune.epochs=2
     --config.finetune.patience=0 --config.finetune.learning_rate=0"
-for arg in ${*:-pretrain ner nli qa}; do
+[ ${#STAGES[@]} -gt 0 ] || STAGES=(pretrain ner nli qa)
+for arg in "${STAGES[@]}"; do
   stage=${arg%%_*}; only=${arg#"$stage"}; only=${only#_}
   for v in ${only:-$VARIANTS}; do
     W=$RUNS/$v
@@ -40,6 +51,8 @@ for arg in ${*:-pretrain ner nli qa}; do
         # shellcheck disable=SC2086
         $KJAX train --config $C --workdir $W ${KEYS[$v]} ;;   # evaluates at 100, 200, 300
       ner|nli|qa)
+        [ -n "$DATA" ] || { echo "$0: $stage needs the data folder: --data DIR (docs/DATA.md)" >&2
+                            exit 2; }
         T=${stage^^}
         # shellcheck disable=SC2086
         $KJAX finetune ${!T} --config $W/kjax_config.py --init $W --seeds 1,2,3 \

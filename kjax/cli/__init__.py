@@ -16,7 +16,11 @@ when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
 (gs://bucket/...): kjax/paths.py. Every key of the config, its value and
 meaning: `kjax config show` (from kjax/config/schema.py).
 
-Failures and what to do about them: docs/RECOVERY.md.
+Failures and what to do about them: docs/RECOVERY.md. The methods kjax
+implements (BERT's MLM/NSP, SHAKE's Eq. 1, UKnowBERT's multi-hot input and
+knowledge heads, the norm-based analysis, the modern recipe), their sources
+and the functions and tests behind each equation: docs/METHODS.md in the
+kjax repository.
 """
 from __future__ import annotations
 

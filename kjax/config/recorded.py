@@ -15,6 +15,7 @@ import sys
 
 from kjax import paths
 from kjax.config.load import ConfigDict, load_config
+from kjax.config.platform_defaults import AUTO
 from kjax.errors import KjaxError
 
 RECORDED_CONFIG = "kjax_config.py"
@@ -55,8 +56,10 @@ def _flat(tree, prefix: str = "") -> dict:
 def config_differences(old: ConfigDict, new: ConfigDict) -> list[str]:
     """`key: old → new` for every leaf that differs, in key order."""
     a, b = _flat(old.to_dict()), _flat(new.to_dict())
+    # An auto key (platform_defaults) against a value is no difference: a run
+    # resolves it to the value it recorded.
     return [f"{k}: {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
+            if a.get(k) != b.get(k) and AUTO.get(k, object()) not in (a.get(k), b.get(k))]
 
 
 def _summary(diffs: list[str]) -> str:

@@ -139,9 +139,11 @@ MODEL = {
     "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
     "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
     "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth"),
-    "scan_unroll": at_least(0, 1, "layers per iteration of the scanned loop (scan_layers): the "
-                            "parameter layout stays stacked, so any value restores the same "
-                            "checkpoint; 0: all layers (no loop left, as unrolled layers run)"),
+    "scan_unroll": Key(-1, "layers per iteration of the scanned loop (scan_layers): the "
+                       "parameter layout stays stacked, so any value restores the same "
+                       "checkpoint; 0: all layers (no loop left, as unrolled layers run); -1: "
+                       "the platform's (GPU 0, else 1; kjax/config/platform_defaults.py, "
+                       "recorded by kjax train)", min=0, special=(-1,)),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
@@ -246,11 +248,12 @@ TRAIN = {
     "mlm_loss": Key("ce", "MLM loss: ce (one target per position) or eq9 | bce | summed_ce "
                     "(several; kjax/objectives/mlm.py)"),
     "seed": at_least(0, 0, "seed of parameters and dropout"),
-    "dropout_rng": Key("threefry", "bit generator of the dropout masks, seeded from (seed, step) "
+    "dropout_rng": Key("auto", "bit generator of the dropout masks, seeded from (seed, step) "
                        "either way, so a resumed run is bit-exact: threefry (the same bits on "
-                       "every platform and sharding) or rbg (XLA's RngBitGenerator: Philox on "
-                       "GPU, the hardware generator on TPU; bits differ between platforms)",
-                       choices=("threefry", "rbg")),
+                       "every platform and sharding), rbg (XLA's RngBitGenerator: Philox on "
+                       "GPU, the hardware generator on TPU; bits differ between platforms) or "
+                       "auto (GPU rbg, else threefry; kjax train records the value it resolved, "
+                       "kjax/config/platform_defaults.py)", choices=("auto", "threefry", "rbg")),
     "log_every": at_least(1, 100, "steps between logged metrics"),
     "eval_every": at_least(0, 5000, "steps between held-out evaluations (0: never)"),
     "eval_batches": at_least(0, 20, "batches per evaluation (0: all)"),

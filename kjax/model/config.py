@@ -7,6 +7,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from kjax.config.schema import ATTENTION_IMPLS  # noqa: F401 (kjax/model/attention_core.py)
+from kjax.config.platform_defaults import resolved_value
 from kjax.config.schema import ARCHS  # noqa: F401 (kjax/train/state.py)
 from kjax.inputs import input_mode
 
@@ -98,6 +99,8 @@ class EncoderConfig:
             kwargs.update(hypernym_head=knowledge.hypernym_weight > 0,
                           verb_head=knowledge.verb_weight > 0,
                           sense_dim=knowledge.sense_dim if knowledge.sense_weight > 0 else 0)
+        if "scan_unroll" in kwargs:   # -1: the platform's (kjax/config/platform_defaults.py)
+            kwargs["scan_unroll"] = resolved_value("model.scan_unroll", kwargs["scan_unroll"])
         per_layer = tuple(model_cfg.get("shake_factor_per_layer", ()) or ())
         bf = per_layer or (float(model_cfg.get("shake_factor", 0.0)),) * kwargs["num_layers"]
         return cls(shake_factor=tuple(float(x) for x in bf), **kwargs)

@@ -16,6 +16,7 @@ from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.knowledge_heads import KnowledgeHeads
 from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
+from kjax.model.lookup import Table, gather_rows
 
 
 # How positions are embedded (each input mode of kjax/inputs names one):
@@ -38,9 +39,11 @@ class Embeddings(nn.Module):
         cfg = self.config
 
         def table(n, axes, name):
-            return nn.Embed(n, cfg.embed_dim, dtype=cfg.compute_dtype,
-                            param_dtype=cfg.weight_dtype, name=name,
-                            embedding_init=kernel_init(cfg, axes))
+            # Table: nn.Embed's parameter, gradients in fp32 without contention
+            # (kjax/model/lookup.py).
+            return Table(n, cfg.embed_dim, dtype=cfg.compute_dtype,
+                         param_dtype=cfg.weight_dtype, name=name,
+                         embedding_init=kernel_init(cfg, axes))
 
         self.word_embeddings = table(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")
         self.position_embeddings = table(cfg.max_position_embeddings, (None, "embed"),
@@ -65,14 +68,16 @@ class Embeddings(nn.Module):
             # morpheme's tokens begin as their plain embeddings.
             near_one = lambda key, shape, dtype: 1.0 + nn.initializers.truncated_normal(  # noqa
                 cfg.initializer_range)(key, shape, dtype)
-            self.inpos_embeddings = nn.Embed(
+            self.inpos_embeddings = Table(
                 cfg.max_tokens_per_morpheme, cfg.embed_dim, dtype=cfg.compute_dtype,
                 param_dtype=cfg.weight_dtype, name="inpos_embeddings",
                 embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
 
-    def __call__(self, input_ids, token_type_ids, position_ids, multihot=None):
-        """Returns (embedded positions, Input_k before LayerNorm)."""
+    def __call__(self, input_ids, token_type_ids, position_ids=None, multihot=None):
+        """Returns (embedded positions, Input_k before LayerNorm). `position_ids`
+        None: 0..s-1 in every row, a slice of the table (its gradient a sum
+        over the batch, not a scatter)."""
         if multihot is None:
             tokens = self.word_embeddings(input_ids)
         else:
@@ -82,8 +87,9 @@ class Embeddings(nn.Module):
             # takes it, as RoBERTa's tokenizer gives a pair's second sentence type 0
             # (flax's one-row Embed broadcasts anyway; said here, not left to it).
             token_type_ids = jnp.zeros_like(token_type_ids)
-        x = tokens + self.position_embeddings(position_ids) + \
-            self.token_type_embeddings(token_type_ids)
+        positions = self.position_embeddings.leading_rows(token_type_ids) \
+            if position_ids is None else self.position_embeddings(position_ids)
+        x = tokens + positions + self.token_type_embeddings(token_type_ids)
         if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
         out = self.dropout(self.layer_norm(x), deterministic=self.deterministic)
@@ -102,10 +108,12 @@ class Embeddings(nn.Module):
             inpos = jnp.minimum(multihot["token_inpos"], cfg.max_tokens_per_morpheme - 1)
             vectors = vectors * self.inpos_embeddings(inpos)
         owner = multihot["token_position"]
-        vectors = jnp.where((owner >= 0)[..., None], vectors, 0)
+        # Summed in fp32: a morpheme's tokens add into one row (a scatter-add
+        # whose indices repeat), which in bf16 rounds at every add.
+        vectors = jnp.where((owner >= 0)[..., None], vectors, 0).astype(jnp.float32)
         segment_sum = lambda v, o: jax.ops.segment_sum(  # noqa: E731
             v, jnp.maximum(o, 0), num_segments=num_positions)
-        return jax.vmap(segment_sum)(vectors, owner)
+        return jax.vmap(segment_sum)(vectors, owner).astype(cfg.compute_dtype)
 
     def attend(self, h):
         """Tied MLM decoder: logits = h · E_wordᵀ, accumulated in fp32."""
@@ -206,9 +214,6 @@ class BertForPreTraining(nn.Module):
         """(hidden [b, s, H], analysis or None[, Input_k]). With `multihot` (token_ids,
         token_position, token_inpos [b, t]; position_tags [b, s]) positions are
         morphemes and `input_ids` is unused."""
-        shape = token_type_ids.shape
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
         x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
         hidden, analysis = self.encoder(x, attention_mask, shake, segment_ids)
@@ -225,8 +230,7 @@ class BertForPreTraining(nn.Module):
                                                segment_ids=segment_ids)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
-        picked = hidden if mlm_positions is None else jnp.take_along_axis(
-            hidden, mlm_positions[..., None], axis=1)
+        picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)
         h = self.mlm_layer_norm(nn.gelu(self.mlm_transform(picked), approximate=False))
         mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)
         out = {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits,

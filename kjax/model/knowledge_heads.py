@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from kjax.model.config import EncoderConfig
 from kjax.model.layers import dense, layer_norm, zeros_init
+from kjax.model.lookup import gather_rows
 
 
 class FFN(nn.Module):
@@ -36,7 +37,7 @@ class FFN(nn.Module):
 
 
 def gather(x, positions):
-    return jnp.take_along_axis(x, positions[..., None], axis=1)
+    return gather_rows(x, positions)   # the gradient scattered in fp32 (kjax/model/lookup.py)
 
 
 class KnowledgeHeads(nn.Module):

@@ -31,6 +31,7 @@ from kjax.model.config import EncoderConfig
 from kjax.model.encoder import Embeddings, _remat_policy
 from kjax.model.knowledge_heads import KnowledgeHeads
 from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
+from kjax.model.lookup import Table, gather_rows
 from kjax.model.rope import rope_tables
 
 
@@ -40,10 +41,10 @@ class ModernEmbeddings(Embeddings):
 
     def setup(self):
         cfg = self.config
-        self.word_embeddings = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
-                                        param_dtype=cfg.weight_dtype, name="word_embeddings",
-                                        embedding_init=kernel_init(cfg, ("vocab", "embed")))
-        self.morpheme_tables(lambda n, axes, name: nn.Embed(
+        self.word_embeddings = Table(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
+                                     param_dtype=cfg.weight_dtype, name="word_embeddings",
+                                     embedding_init=kernel_init(cfg, ("vocab", "embed")))
+        self.morpheme_tables(lambda n, axes, name: Table(
             n, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
             name=name, embedding_init=kernel_init(cfg, axes)))
         self.layer_norm = layer_norm(cfg, "layer_norm")
@@ -165,8 +166,7 @@ class ModernBertForPreTraining(nn.Module):
         hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
                                                position_ids, shake, multihot,
                                                return_inputs=True, segment_ids=segment_ids)
-        picked = hidden if mlm_positions is None else jnp.take_along_axis(
-            hidden, mlm_positions[..., None], axis=1)
+        picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)
         h = self.mlm_layer_norm(nn.gelu(self.mlm_transform(picked), approximate=False))
         mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)
         out = {"mlm_logits": mlm_logits, "hidden": hidden, "pooled": hidden[:, 0]}

@@ -31,6 +31,7 @@ import time
 import jax
 
 from kjax.batches.synthetic import batch_shapes
+from kjax.config import platform_defaults
 from kjax.errors import KjaxError
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 
@@ -71,8 +72,16 @@ def with_overrides(config, **keys):
 def lower(config, devices, step: str = "train"):
     """The step for `config` on `devices`, traced and lowered against
     abstract state and batch (nothing allocated, nothing run)."""
+    return trace(config, devices, step, lower=True)
+
+
+def trace(config, devices, step: str = "train", lower: bool = False):
+    """The step traced (its jaxpr: `.jaxpr`) against abstract state and batch;
+    `lower`: lowered too (what `lower` returns)."""
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_eval_step, make_train_step
+    config = config.copy_and_resolve_references()
+    platform_defaults.resolve(config, devices[0].platform)   # the target's, not this host's
     mesh = make_mesh(config, devices)
     tx = make_optimizer(config.train)
     train_model = make_model(config, deterministic=False)
@@ -87,7 +96,8 @@ def lower(config, devices, step: str = "train"):
                             shardings["params"])
         args = (state["params"], batch)
     with on_mesh(mesh, config):
-        return fn.jitted.lower(*args)
+        traced = fn.jitted.trace(*args)
+        return traced.lower() if lower else traced
 
 
 def _cost(compiled) -> tuple[float, float]:

@@ -32,7 +32,10 @@ from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.progress import Progress
 from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
-from kjax.config.recorded import flush_notes, record_config
+from kjax import paths
+from kjax.config import platform_defaults
+from kjax.config.load import load_config
+from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
@@ -146,6 +149,7 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
     # Read-only, full or a file: one line before compiling.
     storage.check_writable(workdir, storage.listed_last_step(os.path.join(workdir, "checkpoints")))
+    resolve_platform_defaults(config, workdir)
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
@@ -170,6 +174,23 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
         if error is None:
             raise
         raise error from None
+
+
+def resolve_platform_defaults(config, workdir: str) -> None:
+    """Auto keys (kjax/config/platform_defaults.py) take the values this run
+    recorded before, else this platform's; record_config writes them down."""
+    path = recorded_config_path(workdir)
+    recorded = None
+    if paths.isfile(path):
+        try:
+            recorded = load_config(path)
+        except KjaxError:
+            recorded = None    # unreadable: record_config replaces it, saying so
+    resolved = platform_defaults.resolve(config, recorded=recorded)
+    if resolved:
+        where = "as recorded in " + path if recorded is not None else \
+            f"for {jax.default_backend()}"
+        note(f"auto keys: {', '.join(resolved)} ({where})")
 
 
 def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs,

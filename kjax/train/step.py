@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from kjax import objectives
+from kjax.config.platform_defaults import resolved_value
 from kjax.inputs import input_mode
 from kjax.objectives import METRIC_OBJECTIVE, objective_weights  # noqa: F401 (re-exported)
 from kjax.parallel.mesh import batch_sharding, on_mesh, replicated
@@ -47,7 +48,7 @@ def dropout_key(state_rng, step, generator: str = "threefry"):
 
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
-    generator = config.train.dropout_rng
+    generator = resolved_value("train.dropout_rng", config.train.dropout_rng)
 
     def train_step(state, batch):
         rng = dropout_key(state["rng"], state["step"], generator)

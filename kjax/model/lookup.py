@@ -1,0 +1,129 @@
+"""Embedding lookups and row gathers whose gradients accumulate in fp32 and
+never contend (issue 33; docs/PERFORMANCE.md, "the embedding gradient").
+
+`nn.Embed(dtype=bf16)` casts its table before the lookup, so the gradient of
+every table is a **bf16 scatter-add**: the token-type table's 16,384 updates
+per BERT-base step all land on one of two rows, the GPU serialises them
+(22–42 ms of an 86 ms step on an H200) and the sum is rounded to bf16 at every
+add (4.1 % off the fp32 recipe's gradient, where the word and position tables
+are 0.6–0.9 % off). Here the forward values stay the same (a gather from the
+fp32 table, cast after: the same bits as cast-then-gather) and the backward
+is chosen per table:
+
+    rows < SMALL_TABLE_ROWS   one_hot(ids)ᵀ · g in one matrix product with fp32
+                              accumulation (token types, E_inpos, E_postag, and
+                              positions that are not 0..s-1): no scatter at all;
+    otherwise                 an fp32 scatter-add (the word table: 32k+ rows,
+                              few updates per row, no contention to speak of).
+
+Positions 0..s-1 (every unpacked BERT row) are a slice of the table broadcast
+over the batch (`Table.leading_rows`): its gradient is a reduction, in fp32.
+Gathers of rows of an activation (the MLM head's and the knowledge heads'
+positions, which may repeat: padding slots, sampled synthetic positions)
+scatter their gradient in fp32 too (`gather_rows`).
+
+SMALL_TABLE_ROWS: the one-hot product costs 2·rows·d flops per looked-up
+token, against one scatter update: at 1,024 rows and d = 768 that is 1.6
+MFLOP per token, 26 GFLOP for BERT-base's 16,384 tokens — a few ms on a CPU
+core, well under 0.1 ms on an H100's tensor cores — while the optimized GPU
+HLO of the old step showed the contention at 2 and 512 rows (token types,
+positions) and none at the 32k-row word table.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+SMALL_TABLE_ROWS = 1024
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def lookup(table: jax.Array, ids: jax.Array, dtype) -> jax.Array:
+    """table[ids] in `dtype`; the table's gradient comes back in its own dtype,
+    accumulated in fp32 (one-hot product for small tables, else fp32 scatter)."""
+    return jnp.take(table, ids, axis=0).astype(dtype)
+
+
+def _lookup_fwd(table, ids, dtype):
+    return lookup(table, ids, dtype), (ids, jnp.zeros((0,) + table.shape, table.dtype))
+
+
+def _lookup_bwd(dtype, residuals, g):
+    ids, like = residuals
+    rows, width = like.shape[1:]
+    return table_gradient(ids, g, rows, width).astype(like.dtype), None
+
+
+lookup.defvjp(_lookup_fwd, _lookup_bwd)
+
+
+def table_gradient(ids: jax.Array, g: jax.Array, rows: int, width: int) -> jax.Array:
+    """Σ over every looked-up position of g into its row: [rows, width] fp32."""
+    g = g.reshape(-1, width)
+    ids = ids.reshape(-1)
+    if rows < SMALL_TABLE_ROWS:
+        # One nonzero product per term: exact in any dtype; the sum in fp32.
+        one_hot = jax.nn.one_hot(ids, rows, dtype=g.dtype)
+        return jnp.einsum("tr,td->rd", one_hot, g, preferred_element_type=jnp.float32,
+                          precision=jax.lax.Precision.HIGHEST)
+    return jnp.zeros((rows, width), jnp.float32).at[ids].add(g.astype(jnp.float32))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def leading_rows(table: jax.Array, like: jax.Array, dtype) -> jax.Array:
+    """table[0..s-1] broadcast to like's [b, s] in `dtype` (positions 0..s-1)."""
+    return jnp.broadcast_to(table[:like.shape[-1]], like.shape + table.shape[1:]).astype(dtype)
+
+
+def _rows_fwd(table, like, dtype):
+    return leading_rows(table, like, dtype), (jnp.zeros((0,) + table.shape, table.dtype), like)
+
+
+def _rows_bwd(dtype, residuals, g):
+    empty, like = residuals
+    rows = empty.shape[1]
+    summed = g.reshape(-1, *g.shape[-2:]).astype(jnp.float32).sum(0)     # [s, d]
+    grad = jnp.pad(summed, ((0, rows - summed.shape[0]), (0, 0)))
+    return grad.astype(empty.dtype), None
+
+
+leading_rows.defvjp(_rows_fwd, _rows_bwd)
+
+
+@jax.custom_vjp
+def gather_rows(x: jax.Array, positions: jax.Array) -> jax.Array:
+    """x [b, s, d] at positions [b, p] → [b, p, d]; the gradient (positions may
+    repeat) is scattered in fp32, then cast to x's dtype."""
+    return jnp.take_along_axis(x, positions[..., None], axis=1)
+
+
+def _gather_fwd(x, positions):
+    return gather_rows(x, positions), (positions, jnp.zeros((0,) + x.shape, x.dtype))
+
+
+def _gather_bwd(residuals, g):
+    positions, like = residuals
+    b, s, d = like.shape[1:]
+    rows = jnp.arange(b)[:, None]
+    grad = jnp.zeros((b, s, d), jnp.float32).at[rows, positions].add(g.astype(jnp.float32))
+    return grad.astype(like.dtype), None
+
+
+gather_rows.defvjp(_gather_fwd, _gather_bwd)
+
+
+class Table(nn.Embed):
+    """nn.Embed with the same parameter (`embedding`, same init and axes: the
+    same checkpoints) whose lookups go through `lookup`."""
+
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        if self.num_embeddings == 1:   # as nn.Embed: a one-row table broadcasts
+            ids = jnp.zeros_like(ids)
+        return lookup(self.embedding, ids, self.dtype or self.embedding.dtype)
+
+    def leading_rows(self, like: jax.Array) -> jax.Array:
+        """Rows 0..s-1 broadcast over like's [b, s] (unpacked BERT positions)."""
+        return leading_rows(self.embedding, like, self.dtype or self.embedding.dtype)

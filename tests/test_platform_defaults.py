@@ -1,0 +1,72 @@
+"""Platform defaults (kjax/config/platform_defaults.py): `auto` keys take the
+GPU's measured fast recipe there, stay as before on CPU and TPU, and a run
+keeps the values it recorded wherever it resumes."""
+from __future__ import annotations
+
+import jax
+import pytest
+
+from conftest import DEMO_CONFIG
+from kjax.config import load_config, platform_defaults
+from kjax.config.recorded import recorded_config_path, take_notes, write_config_file
+from kjax.model.config import EncoderConfig
+from kjax.pretrain.trainer import resolve_platform_defaults
+
+
+@pytest.mark.parametrize("platform, rng, unroll", [
+    ("cuda", "rbg", 0), ("gpu", "rbg", 0), ("rocm", "rbg", 0),
+    ("tpu", "threefry", 1), ("cpu", "threefry", 1)])
+def test_auto_keys_take_the_platforms_values(platform, rng, unroll):
+    config = load_config(DEMO_CONFIG)
+    assert (config.train.dropout_rng, config.model.scan_unroll) == ("auto", -1)
+    assert sorted(platform_defaults.resolve(config, platform)) == [
+        f"model.scan_unroll={unroll}", f"train.dropout_rng={rng!r}"]
+    assert (config.train.dropout_rng, config.model.scan_unroll) == (rng, unroll)
+
+
+def test_a_value_the_user_set_is_kept():
+    config = load_config(DEMO_CONFIG, ["--config.train.dropout_rng=threefry",
+                                       "--config.model.scan_unroll=2"])
+    assert platform_defaults.resolve(config, "cuda") == []
+    assert (config.train.dropout_rng, config.model.scan_unroll) == ("threefry", 2)
+
+
+def test_builders_resolve_for_the_backend_they_run_on():
+    """eval/export build models from configs that may still say auto."""
+    config = load_config(DEMO_CONFIG)
+    assert EncoderConfig.from_config(config.model).scan_unroll == \
+        platform_defaults.platform_value("model.scan_unroll", jax.default_backend())
+    assert platform_defaults.resolved_value("train.dropout_rng", "rbg") == "rbg"
+
+
+def test_a_resumed_run_keeps_what_it_recorded(tmp_path):
+    """Started on a GPU (recorded rbg, unrolled), resumed here with a config
+    that still says auto: the recorded values win, so the masks and the
+    program are the ones the checkpoints were written with."""
+    started = load_config(DEMO_CONFIG)
+    platform_defaults.resolve(started, "cuda")
+    write_config_file(started, recorded_config_path(str(tmp_path)), "recorded")
+    resumed = load_config(DEMO_CONFIG)
+    take_notes()
+    resolve_platform_defaults(resumed, str(tmp_path))
+    assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("rbg", 0)
+    [line] = take_notes()
+    assert "as recorded in" in line and "train.dropout_rng='rbg'" in line
+
+
+def test_a_new_run_takes_this_platforms_values(tmp_path):
+    config = load_config(DEMO_CONFIG)
+    take_notes()
+    resolve_platform_defaults(config, str(tmp_path))
+    want = platform_defaults.platform_value("train.dropout_rng", jax.default_backend())
+    assert config.train.dropout_rng == want
+    assert f"for {jax.default_backend()}" in take_notes()[0]
+
+
+def test_auto_against_a_recorded_value_is_no_difference():
+    from kjax.config.recorded import config_differences
+    recorded = load_config(DEMO_CONFIG)
+    platform_defaults.resolve(recorded, "cuda")
+    assert config_differences(recorded, load_config(DEMO_CONFIG)) == []
+    other = load_config(DEMO_CONFIG, ["--config.train.dropout_rng=threefry"])
+    assert config_differences(recorded, other) == ["train.dropout_rng: 'rbg' → 'threefry'"]
