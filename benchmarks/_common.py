@@ -108,3 +108,65 @@ def timed_steps(step, state, batch, steps: int):
         state, metrics = step(state, batch)
     jax.block_until_ready((state, metrics))
     return state, (time.perf_counter() - start) / steps
+
+
+def stream(cmd: list[str], limit: float, log: str, on_line, env: dict | None = None) -> str:
+    """Run `cmd` (its own process group, stderr to `log`), hand each stdout
+    line to `on_line` the moment it is written (so a part cut off by its
+    limit keeps what it printed), kill the group after `limit` s; returns
+    "ok", "failed (rc N; last stderr line)" or "cut off at its N s limit"."""
+    import signal
+    import subprocess
+    import threading
+    import time
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.path.join(ROOT, "benchmarks"),
+                                                    env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    limit = max(1.0, limit)
+    with open(log, "w", encoding="utf-8") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                cwd=ROOT, start_new_session=True)
+
+        def read():
+            for line in proc.stdout:
+                try:
+                    on_line(line.rstrip("\n"))
+                except Exception as e:  # noqa: BLE001 — one bad line must not end the reading
+                    print(f"  (line not understood: {e!r}: {line.strip()[:200]})",
+                          file=sys.stderr, flush=True)
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=limit)
+            status = "ok"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            status = f"cut off at its {limit:.0f} s limit"
+        reader.join(timeout=5)
+    if status == "ok" and proc.returncode:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            tail = [x.strip() for x in f.read().splitlines() if x.strip()][-1:]
+        status = f"failed (rc {proc.returncode}; {' '.join(tail)[:200]}; {log})"
+    return status
+
+
+def cache_env(folder: str) -> dict:
+    """Environment for one persistent compilation cache shared by every child
+    of a run: every program is written (no minimum compile time or size), so
+    a program a later part compiles again (the preset in (a), (b) and (g)) is
+    read back instead of compiled."""
+    os.makedirs(folder, exist_ok=True)
+    return {"JAX_COMPILATION_CACHE_DIR": folder, "JAX_ENABLE_COMPILATION_CACHE": "true",
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def cache_files(env: dict | None = None) -> int:
+    """Files in this process's compilation cache folder (0 without one): a
+    compile that adds none was read from the cache."""
+    folder = (env or os.environ).get("JAX_COMPILATION_CACHE_DIR")
+    if not folder or not os.path.isdir(folder):
+        return 0
+    return sum(len(files) for _, _, files in os.walk(folder))

@@ -56,7 +56,11 @@ class Peer:
             [python, os.path.join(ROOT, "benchmarks", "_peer_worker.py"), json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "")})
-        self.ready = self._read()
+        self.ready = None   # wait(): the worker compiles while kjax's sides do
+
+    def wait(self) -> dict:
+        self.ready = self.ready or self._read()
+        return self.ready
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -109,7 +113,12 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="steps per side per round")
     ap.add_argument("--venv", default=os.path.join(ROOT, "runs", "peer_venv"))
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--kjax", action="append", metavar="LABEL=OVERRIDES",
+                    help="a kjax side: a label, '=', comma-separated --config.KEY=V on top of "
+                    "the preset (repeatable; default one side, the preset)")
     args = ap.parse_args()
+    sides = [(label, [o for o in rest.split(",") if o]) for label, _, rest in
+             (k.partition("=") for k in args.kjax or ["kjax="])]
 
     import jax
     config = _common.preset_config(args.shape, args.seq, args.batch, args.dtype)
@@ -124,14 +133,21 @@ def main():
                           "weight_decay": o.weight_decay}}
     python = ensure_venv(args.venv, jax.__version__)
     load_before = _common.load_average()
-    mine = Kjax(config)          # compile both before timing anything
-    peer = Peer(python, spec)
-    times = {"kjax": [], "peer": []}
+    peer = Peer(python, spec)    # its own process compiles alongside kjax's sides
+    mine = {}
+    for label, extra in sides:   # compile every side before timing anything
+        mine[label] = Kjax(_common.preset_config(args.shape, args.seq, args.batch, args.dtype,
+                                                 extra))
+        print(f"ready: {label}: compile + first step {mine[label].ready['ready']:.1f} s",
+              flush=True)
+    print(f"ready: peer: compile + first step {peer.wait()['ready']:.1f} s", flush=True)
+    times = {**{label: [] for label in mine}, "peer": []}
     for r in range(args.rounds):
-        times["kjax"].append(mine.run(args.steps))
+        for label, side in mine.items():
+            times[label].append(side.run(args.steps))
         times["peer"].append(peer.run(args.steps))
-        print(f"round {r}: kjax {1000 * times['kjax'][-1]:.0f} ms, "
-              f"peer {1000 * times['peer'][-1]:.0f} ms", file=sys.stderr, flush=True)
+        print(f"round {r}: " + ", ".join(f"{k} {1000 * v[-1]:.1f} ms" for k, v in times.items()),
+              flush=True)
     peer.close()
     tokens = args.batch * args.seq
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -142,24 +158,28 @@ def main():
     flops = flops_per_example(m, args.seq, config.data.max_predictions_per_seq) * args.batch
     peak = peak_flops(config)[0]
     mfu = {k: flops / t / peak for k, t in med.items()}
-    ratios = [p / k for k, p in zip(times["kjax"], times["peer"])]
     v = peer.ready["versions"]
     table = "\n".join([
         "| side | versions | shape | dtype | seq | batch | compile s | step ms (median) "
         "| tokens/s | MFU | first loss |", "|---|---|---|---|---|---|---|---|---|---|---|",
-        f"| kjax | jax {jax.__version__} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
-        f"| {mine.ready['ready']:.1f} | {1000 * med['kjax']:.0f} | {tokens / med['kjax']:.0f} "
-        f"| {mfu['kjax']:.1%} | {mine.ready['loss']:.3f} |",
+        *[f"| {label} | jax {jax.__version__} | {args.shape} | {m.dtype} | {args.seq} "
+          f"| {args.batch} | {side.ready['ready']:.1f} | {1000 * med[label]:.1f} "
+          f"| {tokens / med[label]:.0f} | {mfu[label]:.1%} | {side.ready['loss']:.3f} |"
+          for label, side in mine.items()],
         f"| HF FlaxBertForPreTraining | transformers {v['transformers']}, jax {v['jax']}, "
         f"flax {v['flax']} | {args.shape} | {m.dtype} | {args.seq} | {args.batch} "
-        f"| {peer.ready['ready']:.1f} | {1000 * med['peer']:.0f} | {tokens / med['peer']:.0f} "
+        f"| {peer.ready['ready']:.1f} | {1000 * med['peer']:.1f} | {tokens / med['peer']:.0f} "
         f"| {mfu['peer']:.1%} | {peer.ready['loss']:.3f} |"])
     target = 1.5 if args.shape == "uknow_small" else 1.2
-    ratio = med["peer"] / med["kjax"]
-    notes = (f"kjax/peer tokens/s = **{ratio:.2f}×** (per-round {min(ratios):.2f}–"
-             f"{max(ratios):.2f}×, {args.rounds} rounds × {args.steps} steps each side, "
-             f"alternating); target ≥ {target}×: {'holds' if ratio >= target else 'MISSED'}. "
-             f"Load average before/after: {load_before} / {_common.load_average()}.")
+    notes = []
+    for label in mine:
+        ratio = med["peer"] / med[label]
+        ratios = [p / k for k, p in zip(times[label], times["peer"])]
+        notes.append(f"{label}/peer tokens/s = **{ratio:.2f}×** (per-round {min(ratios):.2f}–"
+                     f"{max(ratios):.2f}×); target ≥ {target}×: "
+                     f"{'holds' if ratio >= target else 'MISSED'}.")
+    notes = (" ".join(notes) + f" {args.rounds} rounds × {args.steps} steps each side, "
+             f"alternating. Load average before/after: {load_before} / {_common.load_average()}.")
     _common.record("peer", table, notes, args.no_record)
 
 
