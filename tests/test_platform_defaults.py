@@ -70,3 +70,22 @@ def test_auto_against_a_recorded_value_is_no_difference():
     assert config_differences(recorded, load_config(DEMO_CONFIG)) == []
     other = load_config(DEMO_CONFIG, ["--config.train.dropout_rng=threefry"])
     assert config_differences(recorded, other) == ["train.dropout_rng: 'rbg' → 'threefry'"]
+
+
+def test_op_by_op_init_gives_the_jitted_parameters(monkeypatch, tmp_path):
+    """One GPU process initialises op by op (kjax.train.state.op_by_op_init):
+    the same state as the jitted init, placed with the same shardings."""
+    import numpy as np
+    from conftest import tiny_config
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train import state as S
+    config = tiny_config(tmp_path)
+    mesh = make_mesh(config)
+    model, tx = S.make_model(config, deterministic=False), S.make_optimizer(config.train)
+    jitted, shardings = S.init_state(config, mesh, model, tx)
+    monkeypatch.setattr(S, "op_by_op_init", lambda mesh: True)
+    eager, _ = S.init_state(config, mesh, model, tx)
+    for a, b, sharding in zip(jax.tree.leaves(jitted), jax.tree.leaves(eager),
+                              jax.tree.leaves(shardings)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert b.sharding.is_equivalent_to(sharding, b.ndim)

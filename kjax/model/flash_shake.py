@@ -103,16 +103,20 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols):
     if st.shake != "pairs":
         return s, s, mask, None
     start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
+    def eq1():
+        tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
+        return s + jnp.abs(s * tile) * refs["bf"][0, 0], tile
+
+    if st.triton:
+        # Triton: a lax.cond here failed to compile on an H200 (jax 0.11.2,
+        # "operand #0 does not dominate this use"): Eq. 1 on every tile.
+        shaken, tile = eq1()
+        return s, shaken, mask, (tile, None)
     # Pairs boost few keys per query (pos: a handful near the query), so most
     # tiles have no boosted pair: skip Eq. 1's arithmetic there. The flag costs
     # O(block_q) per tile against the tile's O(block_q · block_k); a max, as
     # Triton lowers no `any`.
     hit = jnp.max(jnp.where((weight != 0) & (start < k0 + bk) & (end > k0), 1, 0)) > 0
-
-    def eq1():
-        tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
-        return s + jnp.abs(s * tile) * refs["bf"][0, 0], tile
-
     shaken, tile = lax.cond(hit, eq1, lambda: (s, jnp.zeros_like(s)))
     return s, shaken, mask, (tile, hit)
 

@@ -19,6 +19,7 @@ from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.modern import ModernBertForPreTraining
+from kjax.model.platform import platform
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
 
 
@@ -102,10 +103,24 @@ def state_shardings(config, mesh, model, tx):
 def init_state(config, mesh, model, tx):
     shardings = state_shardings(config, mesh, model, tx)
     init = _init_fn(config, model, tx)
+    key = jax.random.key(config.train.seed)
+    if op_by_op_init(mesh):   # unsharded (no mesh: init's batch of one), then placed
+        return jax.device_put(nn.meta.unbox(init(key)), shardings), shardings
     with on_mesh(mesh, config):
-        state = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=shardings)(
-            jax.random.key(config.train.seed))
+        state = jax.jit(lambda r: nn.meta.unbox(init(r)), out_shardings=shardings)(key)
     return state, shardings
+
+
+def op_by_op_init(mesh) -> bool:
+    """Initialise op by op (each jax.random call compiled once per shape, the
+    values those of the jitted init) on one GPU process. Jitted, the init of
+    modern_base's 22 unrolled layers is one program of ~15 MB of HLO (every
+    parameter's key derivation and truncated normal fused into giant kernels):
+    60 s to compile on an H200 before the first step, against 14.7 s op by op
+    (docs/PERFORMANCE.md, issue 33 item 4). Elsewhere the jitted init stays:
+    on TPU pods and several processes it is what creates each shard where it
+    lives."""
+    return jax.process_count() == 1 and platform() == "gpu"
 
 
 def abstract_state(config, mesh, model, tx):
