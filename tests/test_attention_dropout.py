@@ -12,9 +12,9 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from kjax.config.schema import LOGICAL_RULES
 from kjax.model import dropout_hash
 from kjax.model.attention import explicit_attention
-from kjax.model.attention_core import choose_impl, dense_shake, fused_attention
+from kjax.model.attention_core import choose_impl, fused_attention
 from kjax.model.flash_shake import flash_attention
-from test_attention_kernels import BLOCK, CASES, B, D, H, S, inputs, live_rows
+from test_attention_kernels import BLOCK, case_inputs
 
 RATE = 0.1
 WORDS = dropout_hash.key_words(jax.random.key(7))
@@ -27,14 +27,7 @@ WORDS = dropout_hash.key_words(jax.random.key(7))
 def test_flash_dropout_matches_explicit_path(case, broadcast):
     """Outputs and dq, dk, dv equal to rounding (fp32) at attention dropout 0.1,
     for padding, segments, local windows and Eq. 1 dense and pairs."""
-    layout, bf, use_segments, window = CASES[case]
-    q, k, v, valid, segments, pairs = inputs()
-    segments = segments if use_segments else None
-    shake = {"dense": dense_shake(pairs, S), "pairs": pairs, None: None}[layout]
-    live = live_rows(valid, segments, window)
-    cot = jnp.asarray(np.random.default_rng(1).normal(size=(B, S, H, D)), jnp.float32)
-    cot = cot * live[:, :, None, None]
-    masks = dict(segment_ids=segments, local_window=window, shake=shake, bf=bf)
+    q, k, v, valid, live, cot, masks = case_inputs(case)
 
     def flash(q, k, v, rate=RATE):
         return flash_attention(q, k, v, valid, **masks, dropout_rate=rate, dropout_words=WORDS,

@@ -45,24 +45,30 @@ CASES = {   # shake layout, bf, segments?, local window
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_flash_kernel_matches_explicit_path_fp32(case):
+def case_inputs(case):
+    """(q, k, v, valid, live rows, cotangent, masks) of one of CASES: the
+    cotangent is zero on rows no key reaches (a padded query's output is
+    never read); masks are the keyword arguments both paths take."""
     layout, bf, use_segments, window = CASES[case]
     q, k, v, valid, segments, pairs = inputs()
     segments = segments if use_segments else None
     shake = {"dense": dense_shake(pairs, S), "pairs": pairs, None: None}[layout]
     live = live_rows(valid, segments, window)
-    # Cotangent zero on rows no key reaches: a padded query's output is never read.
     cot = jnp.asarray(np.random.default_rng(1).normal(size=(B, S, H, D)), jnp.float32)
-    cot = cot * live[:, :, None, None]
+    masks = dict(segment_ids=segments, local_window=window, shake=shake, bf=bf)
+    return q, k, v, valid, live, cot * live[:, :, None, None], masks
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_flash_kernel_matches_explicit_path_fp32(case):
+    q, k, v, valid, live, cot, masks = case_inputs(case)
 
     def flash(q, k, v):
-        return flash_attention(q, k, v, valid, segment_ids=segments, local_window=window,
-                               shake=shake, bf=bf, block_q=BLOCK, block_k=BLOCK, interpret=True)
+        return flash_attention(q, k, v, valid, **masks, block_q=BLOCK, block_k=BLOCK,
+                               interpret=True)
 
     def explicit(q, k, v):
-        return explicit_attention(q, k, v, valid, segment_ids=segments, local_window=window,
-                                  shake=shake, bf=bf)[0]
+        return explicit_attention(q, k, v, valid, **masks)[0]
 
     got, want = flash(q, k, v), explicit(q, k, v)
     np.testing.assert_allclose(np.asarray(got)[live], np.asarray(want)[live], atol=1e-5, rtol=0)
