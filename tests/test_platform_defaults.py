@@ -51,7 +51,7 @@ def test_a_resumed_run_keeps_what_it_recorded(tmp_path):
     resolve_platform_defaults(resumed, str(tmp_path))
     assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("rbg", 0)
     [line] = take_notes()
-    assert "as recorded in" in line and "train.dropout_rng='rbg'" in line
+    assert "keeping train.dropout_rng='rbg', model.scan_unroll=0 as recorded in" in line
 
 
 def test_a_new_run_takes_this_platforms_values(tmp_path):
@@ -60,7 +60,7 @@ def test_a_new_run_takes_this_platforms_values(tmp_path):
     resolve_platform_defaults(config, str(tmp_path))
     want = platform_defaults.platform_value("train.dropout_rng", jax.default_backend())
     assert config.train.dropout_rng == want
-    assert f"for {jax.default_backend()}" in take_notes()[0]
+    assert take_notes() == []   # nothing to say: kjax_config.py records the values
 
 
 def test_auto_against_a_recorded_value_is_no_difference():

@@ -178,7 +178,8 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
 
 def resolve_platform_defaults(config, workdir: str) -> None:
     """Auto keys (kjax/config/platform_defaults.py) take the values this run
-    recorded before, else this platform's; record_config writes them down."""
+    recorded before, else this platform's; record_config writes them down.
+    A note only where a recorded value overrides this platform's."""
     path = recorded_config_path(workdir)
     recorded = None
     if paths.isfile(path):
@@ -186,11 +187,18 @@ def resolve_platform_defaults(config, workdir: str) -> None:
             recorded = load_config(path)
         except KjaxError:
             recorded = None    # unreadable: record_config replaces it, saying so
-    resolved = platform_defaults.resolve(config, recorded=recorded)
-    if resolved:
-        where = "as recorded in " + path if recorded is not None else \
-            f"for {jax.default_backend()}"
-        note(f"auto keys: {', '.join(resolved)} ({where})")
+    platform_defaults.resolve(config, recorded=recorded)
+    kept = [f"{key}={_value(config, key)!r}" for key in platform_defaults.AUTO
+            if _value(config, key) != platform_defaults.platform_value(key,
+                                                                       jax.default_backend())]
+    if recorded is not None and kept:
+        note(f"keeping {', '.join(kept)} as recorded in {path} (the run's masks and program; "
+             f"the {jax.default_backend()} default differs)")
+
+
+def _value(config, dotted: str):
+    section, leaf = dotted.split(".")
+    return config[section][leaf]
 
 
 def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs,
