@@ -67,7 +67,7 @@ def test_kill_and_resume_is_bit_exact(prepared, tmp_path, generator, request):
     of (seed, step), never of what ran before."""
     config = tiny_config(prepared, **{"train.dropout_rng": generator})
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    if config == tiny_config(prepared):   # the default generator: conftest's run is this one
+    if config == tiny_config(prepared):   # tiny_config's own: conftest's trained_run is this run
         shutil.copytree(request.getfixturevalue("trained_run"), straight)
     else:
         train(config, straight, progress=False)
