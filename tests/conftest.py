@@ -14,6 +14,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     import tempfile
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="kjax-tests-jax-cache-")
     os.environ["KJAX_TESTS_OWN_JAX_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+# Every executable goes in, not only those that took a second to compile
+# (jax's default): a `kjax` subprocess or the other worker compiling the same
+# small program then reads it back.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import gcs  # noqa: E402
 
@@ -69,6 +73,17 @@ def prepared(tmp_path_factory):
     train_tokenizer(config)
     prepare(config, progress=False)
     return tmp
+
+
+@pytest.fixture(scope="session")
+def trained_run(prepared, tmp_path_factory):
+    """The workdir of tiny_config(prepared)'s finished run (6 steps, saved at
+    3 and 6), trained once per test process. Read it, or copy it
+    (shutil.copytree) to change it: tests share it."""
+    from kjax.pretrain.trainer import train
+    workdir = str(tmp_path_factory.mktemp("trained") / "run")
+    train(tiny_config(prepared), workdir, progress=False)
+    return workdir
 
 
 @pytest.fixture(scope="session")

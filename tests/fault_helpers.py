@@ -14,7 +14,6 @@ from conftest import tiny_config
 from kjax.checkpoint.manager import Checkpointer
 from kjax.parallel.mesh import make_mesh
 from kjax.train.state import abstract_state, make_model, make_optimizer
-from kjax.pretrain.trainer import train
 
 
 
@@ -118,11 +117,13 @@ def target_of(config):
 
 
 @pytest.fixture(scope="module")
-def trained(prepared, tmp_path_factory):
-    """A finished run with steps 3 and 6, and host copies of both states."""
+def trained(prepared, trained_run):
+    """A finished run with steps 3 and 6 (conftest's trained_run: EXTRA is
+    tiny_config's own 6 steps and saves, asserted below), and host copies of
+    both states. Its workdir is shared: copy it to change it."""
     config = tiny_config(prepared, **EXTRA)
-    workdir = str(tmp_path_factory.mktemp("faults") / "run")
-    train(config, workdir, progress=False)
+    assert config == tiny_config(prepared), "EXTRA is no longer trained_run's config"
+    workdir = trained_run
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), 3, 5, read_only=True)
     target = target_of(config)
     states = {s: jax.device_get(ckpt.restore(s, target)[0]) for s in (3, 6)}

@@ -48,9 +48,7 @@ class Run:
     def __init__(self, store, prepared, tmp_path, work):
         env = {**os.environ, "STORAGE_EMULATOR_HOST": store.url,
                "TENSORSTORE_GCS_HTTP_URL": store.url, "KJAX_STORE_OUTAGE_LIMIT": str(LIMIT),
-               "KJAX_LOCAL_LOGS": str(tmp_path / "mirrors"), "PYTHONPATH": ROOT,
-               "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+               "KJAX_LOCAL_LOGS": str(tmp_path / "mirrors"), "PYTHONPATH": ROOT}
         cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
                "--workdir", work, *tiny_overrides(str(prepared), **EXTRA)]
         self.start, self.lines, self.out = time.monotonic(), [], []

@@ -225,9 +225,7 @@ def test_each_step_is_logged_once_after_repeated_kill_9(prepared, tmp_path):
     """kill -9 twice between checkpoints, then a run to the end: metrics.jsonl
     and TensorBoard hold steps 1..N once each (they held repeats before)."""
     steps, workdir = 120, str(tmp_path / "run")
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8",
-           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
     cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG, "--workdir",
            workdir, *tiny_overrides(str(prepared), **{"train.num_steps": steps,
                                                      "train.checkpoint_every": 25})]

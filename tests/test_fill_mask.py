@@ -2,6 +2,7 @@
 becomes the model's input, how answers read, its probabilities against the
 model run by hand, the check set's hit rule, and its one-line errors."""
 import json
+import shutil
 from types import SimpleNamespace
 
 import jax
@@ -16,17 +17,12 @@ from kjax.tokens.sentencepiece import CLS, MASK, SEP, WORD_START
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Four steps of the tiny model on the fixture corpus: (config, workdir)."""
-    from kjax.pretrain.prepare import prepare
-    from kjax.pretrain.trainer import train
-    from kjax.tokens.factory import train_tokenizer
-    tmp = tmp_path_factory.mktemp("fill_mask")
-    config = tiny_config(tmp, **{"train.num_steps": 4, "train.checkpoint_every": 4})
-    train_tokenizer(config, progress=False)
-    prepare(config, progress=False)
-    train(config, str(tmp / "run"), progress=False)
-    return tmp, str(tmp / "run")
+def trained(prepared, trained_run, tmp_path_factory):
+    """Six steps of the tiny model on the fixture corpus (conftest's run, a
+    copy of it): (the folder tiny_config reads its tokenizer from, workdir)."""
+    run = str(tmp_path_factory.mktemp("fill_mask") / "run")
+    shutil.copytree(trained_run, run)
+    return prepared, run
 
 
 def one_line_error(capsys) -> str:
@@ -81,7 +77,7 @@ def test_probabilities_are_the_mlm_head_run_by_hand(trained, capsys):
     text = "모든 국민은 법 앞에 [MASK]하다. 국민[MASK] 권리"
     assert main(["fill-mask", "--workdir", run, text, "--top-k", "4", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["step"] == 4 and len(printed["masks"]) == 2
+    assert printed["step"] == 6 and len(printed["masks"]) == 2
 
     filler = fm.FillMask(config, run)
     ids, positions = fm.encode_masked(filler.tokenizer, text, config.data.max_seq_len)
@@ -99,7 +95,7 @@ def test_probabilities_are_the_mlm_head_run_by_hand(trained, capsys):
 
     assert main(["fill-mask", "--workdir", run, text]) == 0
     table = capsys.readouterr().out
-    assert "[MASK] 2 of 2" in table and "(step 4;" in table and "word boundary" in table
+    assert "[MASK] 2 of 2" in table and "(step 6;" in table and "word boundary" in table
 
 
 def assert_pipeline_answers_as_kjax(out: str, tmp, run: str) -> None:
@@ -146,7 +142,7 @@ def test_an_mlm_only_export_is_a_masked_lm_with_no_untrained_weight(trained, tmp
     from test_export import run_model_card
     tmp, run = trained
     out = str(tmp_path / "hf")
-    overrides = tiny_overrides(str(tmp), **{"train.num_steps": 4, "train.nsp_weight": 0.0})
+    overrides = tiny_overrides(str(tmp), **{"train.nsp_weight": 0.0})
     assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", run,
                  "--out", out]) == 0
     assert json.loads(capsys.readouterr().out)["architecture"] == "BertForMaskedLM"

@@ -61,8 +61,7 @@ def test_the_wheel_holds_every_module_preset_and_data_file(wheel):
 def kjax_env(site, tmp, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JAX_PROCESS_ID")}
     return {**env, "PYTHONPATH": site, "JAX_PLATFORMS": "cpu", "KJAX_CACHE_DIR": f"{tmp}/cache",
-            "KJAX_LOCAL_LOGS": f"{tmp}/mirror", "JAX_COMPILATION_CACHE_DIR": f"{tmp}/jax_cache",
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", **extra}
+            "KJAX_LOCAL_LOGS": f"{tmp}/mirror", **extra}   # the run's compilation cache
 
 
 def start(site, tmp, args, tag, **env) -> tuple:
