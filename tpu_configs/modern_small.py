@@ -15,9 +15,9 @@ multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3
 --config.shake.variant=pos. CPU timings: docs/PERFORMANCE.md ("modern").
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/modern_small.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 4.07 GiB per core of 16 (arguments
-0.13, temporaries 3.94): fits. With `--fit-batch` (2026-11-26) the largest batch
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 4.03 GiB per core of 16 (arguments
+0.13, temporaries 3.90): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 1888 (236 per core; 1896 is refused), its memory as XLA reports
 it 14.5 GiB.
 """

@@ -11,9 +11,9 @@ kept as the thesis's ablation. MLM loss is Eq. 7-9 because a merged position has
 several target tokens.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_merged.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 10.61 GiB per core of 16 (arguments
-0.77, temporaries 9.85): fits. With `--fit-batch` (2026-11-26) the largest batch
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
+batch 256 (32 per core) the train step needs 10.55 GiB per core of 16 (arguments
+0.77, temporaries 9.78): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 432 (54 per core; 440 is refused), its memory as XLA reports it
 16.46 GiB.
 """

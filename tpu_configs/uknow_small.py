@@ -10,9 +10,9 @@ vocabulary here); the MLM loss falls below 3 within ~100k steps on a
 newspaper-scale corpus. On this 2-core CPU: see docs/PERFORMANCE.md.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/uknow_small.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at
-batch 128 (16 per core) the train step needs 0.73 GiB per core of 16 (arguments
-0.13, temporaries 0.60): fits. With `--fit-batch` (2026-11-26) the largest batch
+--topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
+batch 128 (16 per core) the train step needs 0.74 GiB per core of 16 (arguments
+0.13, temporaries 0.61): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 4392 (549 per core; 4528 is refused), its memory as XLA reports
 it 17.78 GiB.
 """

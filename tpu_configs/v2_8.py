@@ -10,8 +10,8 @@ For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
       --config.data.dir="gs://$BUCKET/examples128" --workdir "gs://$BUCKET/runs/bert-v2-8"
 
 Compiled for a v2-8 (`kjax compile --config tpu_configs/v2_8.py --topology
-v2-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): the train step
-needs 5.01 GiB per core of 8 (arguments 1.24, temporaries 3.76): fits. With
+v2-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): the train step
+needs 4.97 GiB per core of 8 (arguments 1.24, temporaries 3.73): fits. With
 `--fit-batch` (2026-11-26) the largest batch that compiles is 496 (62 per core;
 504 is refused), its memory as XLA reports it 7.82 GiB: one compile that fits
 and three XLA refused.
