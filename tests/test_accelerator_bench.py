@@ -123,8 +123,8 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
     rows = re.findall(r"^\| ([^|]+) \| ([\d.]+|–) \| (hit|miss|–) \| ([\d.]+) \| (yes|NO) \| "
                       r"([\d.]+) \| (\d+) \| ([\d.]+%|–) \|", text, re.M)
     names = [r[0] for r in rows]
-    assert any(n.startswith("preset (dropout") for n in names)
-    assert any("scan_unroll=0 + dropout_rng=rbg" in n for n in names)
+    assert any(n.startswith("preset, defaults before #33") for n in names)
+    assert any("auto: scan_unroll=0 + dropout_rng=rbg" in n for n in names)
     assert any(n.startswith("torch ") and "eager" in n for n in names)
     assert all(float(r[5]) > 0 and int(r[6]) > 0 for r in rows)
     for r in rows:   # every row was printed as it was measured (the md is not printed)
