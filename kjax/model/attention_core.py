@@ -12,8 +12,10 @@
     auto         (the default) dot_product where it is cuDNN (GPU, bf16 or
                  fp16) and the call has neither Eq. 1 nor attention dropout,
                  else xla; with model.attention_auto_flash on GPU, flash for
-                 the calls with either (docs/GPU.md: off until a GPU figure
-                 says the kernel wins, docs/PERFORMANCE.md). On CPU the XLA
+                 the calls with either (off: on an H200 the kernel measured
+                 slower than the explicit path, docs/PERFORMANCE.md). On
+                 TPU v4+ the kernel goes through Mosaic; v2/v3's Mosaic
+                 refuses its bf16 matmuls (docs/TPU.md §15). On CPU the XLA
                  form of dot_product_attention measured 1.2–1.45× slower
                  than the explicit path, with a larger peak
                  (docs/PERFORMANCE.md, "attention fwd+bwd"): it is the same
