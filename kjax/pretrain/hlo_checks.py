@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import re
 
-SMALL_TABLE_ROWS = 1024
+from kjax.model.lookup import SMALL_TABLE_ROWS   # below it the model uses one-hot products
+
 NARROW_FLOATS = ("bf16", "f16")
 
 # `%name = SHAPE scatter(` with SHAPE an array (bf16[2,768]{1,0}) or, for a
