@@ -41,7 +41,8 @@ def platform_value(key: str, platform: str):
     return choices.get(normalize_platform(platform), choices["default"])
 
 
-def _get(config, dotted: str):
+def value(config, dotted: str):
+    """config's value of a dotted key ("train.dropout_rng")."""
     section, leaf = dotted.split(".")
     return config[section][leaf]
 

@@ -188,17 +188,12 @@ def resolve_platform_defaults(config, workdir: str) -> None:
         except KjaxError:
             recorded = None    # unreadable: record_config replaces it, saying so
     platform_defaults.resolve(config, recorded=recorded)
-    kept = [f"{key}={_value(config, key)!r}" for key in platform_defaults.AUTO
-            if _value(config, key) != platform_defaults.platform_value(key,
-                                                                       jax.default_backend())]
+    here = jax.default_backend()
+    kept = [f"{key}={platform_defaults.value(config, key)!r}" for key in platform_defaults.AUTO
+            if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
     if recorded is not None and kept:
         note(f"keeping {', '.join(kept)} as recorded in {path} (the run's masks and program; "
-             f"the {jax.default_backend()} default differs)")
-
-
-def _value(config, dotted: str):
-    section, leaf = dotted.split(".")
-    return config[section][leaf]
+             f"the {here} default differs)")
 
 
 def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs,
