@@ -176,3 +176,29 @@ def test_scan_unroll_keeps_layout_numbers_and_dropout_masks():
                             .apply({"params": p}, *args, rngs={"dropout": jax.random.key(5)})
                             ["hidden"])(params) for c in (base, cfg))
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_matches_erf_reference_in_value_and_slope_and_keeps_one_tensor():
+    """kjax's GELU (kjax/model/layers.py) against float64 x·Φ(x) and its
+    derivative Φ(x) + x·φ(x), in f32 and bf16; and the backward keeps one
+    [n] tensor where jax.nn.gelu's erfc form keeps three."""
+    from kjax.model.layers import gelu
+    xs = np.linspace(-9.0, 9.0, 3601)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(xs / math.sqrt(2)))
+    ref, slope = xs * cdf, cdf + xs * np.exp(-xs * xs / 2) / math.sqrt(2 * math.pi)
+    x32 = jnp.asarray(xs, jnp.float32)
+    y, vjp = jax.vjp(gelu, x32)
+    np.testing.assert_allclose(y, ref, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(vjp(jnp.ones_like(x32))[0], slope, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(jax.vmap(jax.grad(gelu))(x32), slope, rtol=2e-6, atol=2e-6)
+    xb = x32.astype(jnp.bfloat16)
+    yb, vjpb = jax.vjp(gelu, xb)
+    assert yb.dtype == jnp.bfloat16 and vjpb(jnp.ones_like(xb))[0].dtype == jnp.bfloat16
+    exact = np.asarray(gelu(xb.astype(jnp.float32)), np.float64)   # same inputs, f32 math
+    np.testing.assert_allclose(np.asarray(yb, np.float64), exact, rtol=8e-3, atol=1e-6)
+
+    def residuals(f):
+        _, f_vjp = jax.vjp(f, jnp.ones((4, 8), jnp.bfloat16))
+        return [r for r in jax.tree.leaves(f_vjp) if getattr(r, "shape", ()) == (4, 8)]
+    assert len(residuals(gelu)) == 1
+    assert len(residuals(lambda x: jax.nn.gelu(x, approximate=False))) >= 2

@@ -37,6 +37,7 @@ from kjax.errors import KjaxError
 from kjax.examples.pairs import assemble
 from kjax.inputs import input_mode
 from kjax.inputs.segments import SEGMENT_KEYS, to_multihot
+from kjax.model.layers import gelu
 from kjax.morph.tags import TAGS, base_tag
 from kjax.tokens.multihot import token_surface
 from kjax.tokens.sentencepiece import MASK, NUM_SPECIAL, TOKEN_ARRAYS
@@ -91,8 +92,7 @@ class MorphemeFillMask:
             the NSP and knowledge heads, which need inputs fill-mask has not)."""
             hidden, _ = module.encode(None, token_type_ids, attention_mask, multihot=multihot)
             picked = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-            h = module.mlm_layer_norm(jax.nn.gelu(module.mlm_transform(picked),
-                                                  approximate=False))
+            h = module.mlm_layer_norm(gelu(module.mlm_transform(picked)))
             return module.embeddings.attend(h) + module.mlm_bias.astype(jnp.float32)
 
         @jax.jit

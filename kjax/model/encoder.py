@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.knowledge_heads import KnowledgeHeads
-from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
+from kjax.model.layers import dense, gelu, kernel_init, layer_norm, zeros_init
 from kjax.model.lookup import Table, gather_rows
 
 
@@ -135,7 +135,7 @@ class Block(nn.Module):
                                        name="attention")(x, attention_mask, shake, bf, segment_ids)
         x = layer_norm(cfg, "attention_layer_norm")(x + drop(attn, self.deterministic))
         h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "mlp_in")(x)
-        h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(nn.gelu(h, approximate=False))
+        h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(gelu(h))
         x = layer_norm(cfg, "mlp_layer_norm")(x + drop(h, self.deterministic))
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
         return x, analysis
@@ -231,7 +231,7 @@ class BertForPreTraining(nn.Module):
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)
-        h = self.mlm_layer_norm(nn.gelu(self.mlm_transform(picked), approximate=False))
+        h = self.mlm_layer_norm(gelu(self.mlm_transform(picked)))
         mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)
         out = {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits,
                "hidden": hidden, "pooled": pooled}

@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from kjax.model.config import EncoderConfig
-from kjax.model.layers import dense, layer_norm, zeros_init
+from kjax.model.layers import dense, gelu, layer_norm, zeros_init
 from kjax.model.lookup import gather_rows
 
 
@@ -30,7 +30,7 @@ class FFN(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.config
-        h = nn.gelu(dense(cfg, cfg.hidden_size, ("embed", "mlp"), "hidden")(x), approximate=False)
+        h = gelu(dense(cfg, cfg.hidden_size, ("embed", "mlp"), "hidden")(x))
         h = layer_norm(cfg, "layer_norm")(h)
         return h if not self.out_features else dense(cfg, self.out_features, ("embed", None),
                                                      "out")(h)

@@ -1,10 +1,13 @@
-"""Parameter-creating building blocks shared by the encoder and its heads.
-Every parameter gets logical axis names here; kjax.parallel maps them.
-LayerNorms and dense layers carry biases in the BERT recipe only
-(`EncoderConfig.use_bias`; the modern recipe is bias-free)."""
+"""Building blocks shared by the encoder and its heads: the parameter-creating
+layers and the GELU. Every parameter gets logical axis names here;
+kjax.parallel maps them. LayerNorms and dense layers carry biases in the
+BERT recipe only (`EncoderConfig.use_bias`; the modern recipe is bias-free)."""
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from kjax.model.config import EncoderConfig
 
@@ -30,3 +33,33 @@ def dense(cfg: EncoderConfig, features: int, axes: tuple[str, str | None], name:
     return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                     param_dtype=cfg.weight_dtype, kernel_init=kernel_init(cfg, axes),
                     bias_init=zeros_init(axes[1:]), name=name)
+
+
+# Python floats: weakly typed, so they never promote x's dtype.
+_SQRT_HALF, _INV_SQRT_2PI = float(np.sqrt(0.5)), float(1.0 / np.sqrt(2.0 * np.pi))
+
+
+@jax.custom_jvp
+def gelu(x):
+    """Exact GELU, x·Φ(x) with Φ(x) = (1 + erf(x/√2))/2 (BERT's and PyTorch's
+    `gelu`; METHODS §4). Not `jax.nn.gelu(approximate=False)`, whose erfc
+    form XLA expands into both of erfc's branches plus an exp and divides
+    in f32, and whose autodiff keeps three [tokens, ffn] tensors for the
+    backward (GELU was the largest non-matmul kernel of the GPU step,
+    docs/PERFORMANCE.md). Here the forward computes Φ and φ once in f32 and
+    the backward keeps one tensor, the derivative Φ(x) + x·φ(x). Same
+    values to f32 rounding (tests/test_model.py)."""
+    return _gelu_and_slope(x)[0]
+
+
+def _gelu_and_slope(x):
+    f = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    cdf = 0.5 + 0.5 * jax.lax.erf(f * _SQRT_HALF)
+    slope = cdf + f * (_INV_SQRT_2PI * jnp.exp(-0.5 * f * f))
+    return (f * cdf).astype(x.dtype), slope.astype(x.dtype)
+
+
+@gelu.defjvp
+def _gelu_jvp(primals, tangents):
+    y, slope = _gelu_and_slope(primals[0])
+    return y, slope * tangents[0]

@@ -30,7 +30,7 @@ from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import Embeddings, _remat_policy
 from kjax.model.knowledge_heads import KnowledgeHeads
-from kjax.model.layers import dense, kernel_init, layer_norm, zeros_init
+from kjax.model.layers import dense, gelu, kernel_init, layer_norm, zeros_init
 from kjax.model.lookup import Table, gather_rows
 from kjax.model.rope import rope_tables
 
@@ -94,7 +94,7 @@ class ModernBlock(nn.Module):
         x = x + drop(attn, self.deterministic)
         h = layer_norm(cfg, "mlp_norm")(x)
         gated = GeGLUInput(cfg, name="mlp_in")(h)
-        h = nn.gelu(gated[..., 0, :], approximate=False) * gated[..., 1, :]
+        h = gelu(gated[..., 0, :]) * gated[..., 1, :]
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(
             drop(h, self.deterministic))
         x = x + drop(h, self.deterministic)
@@ -167,7 +167,7 @@ class ModernBertForPreTraining(nn.Module):
                                                position_ids, shake, multihot,
                                                return_inputs=True, segment_ids=segment_ids)
         picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)
-        h = self.mlm_layer_norm(nn.gelu(self.mlm_transform(picked), approximate=False))
+        h = self.mlm_layer_norm(gelu(self.mlm_transform(picked)))
         mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)
         out = {"mlm_logits": mlm_logits, "hidden": hidden, "pooled": hidden[:, 0]}
         if analysis is not None:
