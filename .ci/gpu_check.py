@@ -36,7 +36,12 @@ RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 # runs of docs/GPU.md used (uknowbert_b: its 256 positions, bert_base's tokens)
 CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
          ("modern_base", ["train.batch_size=16"], "1024×16"),
-         ("uknowbert_b", ["train.batch_size=64"], "256×64")]
+         ("uknowbert_b", ["train.batch_size=64"], "256×64"),
+         # the Pallas kernel through Triton: attention dropout and pairs B in it (a
+         # Triton kernel that does not compile fails here, not on the user's GPU)
+         ("bert_base", ["train.batch_size=32", "model.shake_factor=0.3", "shake.variant=random",
+                        "shake.layout=pairs", "model.attention_impl=flash"],
+          "512×32, flash: dropout + pairs B")]
 
 
 def device_memory(target_text: str) -> int:

@@ -84,10 +84,10 @@ def pick_block(seq: int, preferred: int = 128) -> int:
 
 # ---- one tile: logits, Eq. 1, mask ------------------------------------------------------
 
-def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols):
-    """(s, s', mask, B tile) for queries q0.. and keys k0.. . `rows`/`cols`
+def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols, eq1: bool):
+    """(s, s', mask, B tile or None) for queries q0.. and keys k0.. . `rows`/`cols`
     index the query-/key-side refs (a pl.ds, or slice(None) for a ref that
-    already holds just this block)."""
+    already holds just this block); `eq1`: whether this tile applies Eq. 1."""
     bq, bk = q.shape[0], k.shape[0]
     s = lax.dot_general(q, k, NT, preferred_element_type=jnp.float32)
     qpos = q0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 0)
@@ -97,28 +97,29 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols):
         mask = mask & (refs["q_seg"][rows, :] == refs["k_seg"][:, cols])
     if st.half_window is not None:
         mask = mask & (qpos - kpos <= st.half_window) & (kpos - qpos <= st.half_window)
+    if not eq1:
+        return s, s, mask, None
     if st.shake == "dense":
         tile = refs["shake"][rows, cols].astype(jnp.float32)
-        return s, s + jnp.abs(s * tile) * refs["bf"][0, 0], mask, (tile, None)   # Eq. 1
-    if st.shake != "pairs":
-        return s, s, mask, None
-    start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
-    def eq1():
+    else:   # pairs: query i boosts keys key_start[i] <= k < key_end[i] by weight[i]
+        start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
         tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
-        return s + jnp.abs(s * tile) * refs["bf"][0, 0], tile
+    return s, s + jnp.abs(s * tile) * refs["bf"][0, 0], mask, tile     # Eq. 1
 
-    if st.triton:
-        # Triton: a lax.cond here failed to compile on an H200 (jax 0.11.2,
-        # "operand #0 does not dominate this use"): Eq. 1 on every tile.
-        shaken, tile = eq1()
-        return s, shaken, mask, (tile, None)
-    # Pairs boost few keys per query (pos: a handful near the query), so most
-    # tiles have no boosted pair: skip Eq. 1's arithmetic there. The flag costs
-    # O(block_q) per tile against the tile's O(block_q · block_k); a max, as
-    # Triton lowers no `any`.
+
+def _loop_step(st: Static, refs: dict, step, carry, rows, k0, bk: int):
+    """step(eq1, carry) for one tile of the kernel's loop. Pairs boost few keys
+    per query (pos: a handful near the query), so most tiles hold no boosted
+    pair and take the step without Eq. 1's arithmetic; the flag costs
+    O(block_q) per tile against the tile's O(block_q · block_k) (a max: Triton
+    lowers no `any`). The branch is over the whole step: on Triton a cond
+    inside it, whose results fed the dK/dV kernel's transposed products,
+    failed to compile (H100/H200, jax 0.10–0.11)."""
+    if st.shake != "pairs":
+        return step(st.shake == "dense", carry)
+    start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
     hit = jnp.max(jnp.where((weight != 0) & (start < k0 + bk) & (end > k0), 1, 0)) > 0
-    shaken, tile = lax.cond(hit, eq1, lambda: (s, jnp.zeros_like(s)))
-    return s, shaken, mask, (tile, hit)
+    return lax.cond(hit, functools.partial(step, True), functools.partial(step, False), carry)
 
 
 def _drop_seed(st: Static, refs):
@@ -149,13 +150,11 @@ def _dropped(p, z):
     return p if z is None else p * z
 
 
-def _eq1_backward(st: Static, refs, ds, s, b):
-    if b is None:
+def _eq1_backward(refs, ds, s, tile):
+    if tile is None:
         return ds
-    tile, hit = b
     # d|s·B|/ds = B·sign(s) for B ≥ 0, with jnp.abs's convention sign(0) = +1.
-    chain = lambda: ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))  # noqa
-    return chain() if hit is None else lax.cond(hit, chain, lambda: ds)
+    return ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))
 
 
 def _span(outer0, outer_block, inner_block, n_inner, half):
@@ -181,12 +180,12 @@ def _forward_kernel(*refs, st: Static, names):
     q0 = pl.program_id(2) * bq
     seed = _drop_seed(st, r)
 
-    def body(j, carry):
+    def step(j, eq1, carry):
         acc, m, l = carry
         k0 = pl.multiple_of(j * st.block_k, st.block_k)
         cols = pl.ds(k0, st.block_k)
         k, v = r["k"][cols, :], r["v"][cols, :]
-        _, shaken, mask, _ = _tile(st, r, q, k, q0, k0, slice(None), cols)
+        _, shaken, mask, _ = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
         shaken = jnp.where(mask, shaken, MASK_VALUE)
         m_new = jnp.maximum(m, jnp.max(shaken, axis=1, keepdims=True))
         p = jnp.where(mask, jnp.exp(shaken - m_new), 0.0)
@@ -196,6 +195,10 @@ def _forward_kernel(*refs, st: Static, names):
         acc = correction * acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
                                                  preferred_element_type=jnp.float32)
         return acc, m_new, l
+
+    def body(j, carry):
+        k0 = pl.multiple_of(j * st.block_k, st.block_k)
+        return _loop_step(st, r, functools.partial(step, j), carry, slice(None), k0, st.block_k)
 
     lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), MASK_VALUE, jnp.float32),
@@ -213,18 +216,22 @@ def _dq_kernel(*refs, st: Static, names):
     q0 = pl.program_id(2) * bq
     seed = _drop_seed(st, r)
 
-    def body(j, dq):
+    def step(j, eq1, dq):
         k0 = pl.multiple_of(j * st.block_k, st.block_k)
         cols = pl.ds(k0, st.block_k)
         k, v = r["k"][cols, :], r["v"][cols, :]
-        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols)
+        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
         # dP = (dO·Vᵀ)∘Z; D = rowsum(dO∘O) already is Σ P∘dP (O used the dropped P).
         dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32),
                       _drop_scale(st, seed, q0, k0, bq, st.block_k, seq))
-        ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
+        ds = _eq1_backward(r, p * (dp - delta), s, tile)
         return dq + lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())),
                                     preferred_element_type=jnp.float32)
+
+    def body(j, dq):
+        k0 = pl.multiple_of(j * st.block_k, st.block_k)
+        return _loop_step(st, r, functools.partial(step, j), dq, slice(None), k0, st.block_k)
 
     lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
     dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
@@ -238,21 +245,25 @@ def _dkv_kernel(*refs, st: Static, names):
     k0 = pl.program_id(2) * bk
     seed = _drop_seed(st, r)
 
-    def body(i, carry):
+    def step(i, eq1, carry):
         dk, dv = carry
         q0 = pl.multiple_of(i * st.block_q, st.block_q)
         rows = pl.ds(q0, st.block_q)
         q, do = r["q"][rows, :], r["do"][rows, :]
         lse, delta = r["lse"][rows, :], r["delta"][rows, :]
-        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None))
+        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
         z = _drop_scale(st, seed, q0, k0, st.block_q, bk, seq)
         dv = dv + lax.dot_general(_dropped(p, z).astype(do.dtype), do, TN,
                                   preferred_element_type=jnp.float32)
         dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32), z)
-        ds = _eq1_backward(st, r, p * (dp - delta), s, tile)
+        ds = _eq1_backward(r, p * (dp - delta), s, tile)
         dk = dk + lax.dot_general(ds.astype(q.dtype), q, TN, preferred_element_type=jnp.float32)
         return dk, dv
+
+    def body(i, carry):
+        rows = pl.ds(pl.multiple_of(i * st.block_q, st.block_q), st.block_q)
+        return _loop_step(st, r, functools.partial(step, i), carry, rows, k0, bk)
 
     lo, hi = _span(k0, bk, st.block_q, seq // st.block_q, st.half_window)
     zeros = jnp.zeros(k.shape, jnp.float32)
