@@ -17,7 +17,9 @@ is chosen per table:
                               few updates per row, no contention to speak of).
 
 Positions 0..s-1 (every unpacked BERT row) are a slice of the table broadcast
-over the batch (`Table.leading_rows`): its gradient is a reduction, in fp32.
+over the batch (`Table.leading_rows`); its gradient, the sum over the batch,
+is taken as the lookup of 0..s-1 (a one-hot product), not as a reduce over
+the batch axis, whose layout XLA:GPU spread to the residual stream.
 Gathers of rows of an activation (the MLM head's and the knowledge heads'
 positions, which may repeat: padding slots, sampled synthetic positions)
 scatter their gradient in fp32 too (`gather_rows`).
@@ -79,15 +81,20 @@ def leading_rows(table: jax.Array, like: jax.Array, dtype) -> jax.Array:
 
 
 def _rows_fwd(table, like, dtype):
-    return leading_rows(table, like, dtype), (jnp.zeros((0,) + table.shape, table.dtype), like)
+    return leading_rows(table, like, dtype), jnp.zeros((0,) + table.shape, table.dtype)
 
 
-def _rows_bwd(dtype, residuals, g):
-    empty, like = residuals
-    rows = empty.shape[1]
-    summed = g.reshape(-1, *g.shape[-2:]).astype(jnp.float32).sum(0)     # [s, d]
-    grad = jnp.pad(summed, ((0, rows - summed.shape[0]), (0, 0)))
-    return grad.astype(empty.dtype), None
+def _rows_bwd(dtype, empty, g):
+    g = g.reshape(-1, *g.shape[-2:])                                   # [b, s, d]
+    # Row p's gradient is the sum over the batch of g[:, p]; taken as the lookup
+    # of positions 0..s-1 (a one-hot product for tables under 1,024 rows, ~0.15 %
+    # of BERT-base's FLOPs at seq 512), not as a reduce over the batch axis:
+    # XLA:GPU lays that reduce out with the batch axis minor, or rewrites a
+    # product with ones into it, and the layout spread to the whole residual
+    # stream ([s, d, b]: 147 transposes and 4.8 GB more traffic per BERT-base
+    # step compiled for an H100; docs/PERFORMANCE.md).
+    ids = jnp.broadcast_to(jnp.arange(g.shape[1]), g.shape[:2])
+    return table_gradient(ids, g, empty.shape[1], empty.shape[2]).astype(empty.dtype), None
 
 
 leading_rows.defvjp(_rows_fwd, _rows_bwd)
