@@ -177,20 +177,25 @@ def test_the_committed_record_is_well_formed():
 
 
 def test_gpu_docs_quote_the_record():
-    """docs/GPU.md §6's table is the record's GPU verdicts (memory to the
-    hundredth of a GiB, the HLO checks' count, the attention path)."""
+    """docs/GPU.md §6's table is the record's GPU verdicts, one row per case of
+    .ci/gpu_check.py (memory to the hundredth of a GiB, the HLO checks' count,
+    the attention path)."""
     import re
+    spec = importlib.util.spec_from_file_location("gpu_check_quotes",
+                                                  os.path.join(ROOT, ".ci", "gpu_check.py"))
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
     record = cr.Record(os.path.join(ROOT, ".ci", "compile_record.json")).entries
-    gpu = {e["preset"]: e["verdict"] for c, e in record.items() if c.startswith("gpu ")}
-    assert {"bert_base", "modern_base", "uknowbert_b"} <= set(gpu)
+    gpu = {(preset, label): record[cr.case_id("gpu", preset, gpu_check.TOPOLOGY, overrides)]["verdict"]
+           for preset, overrides, label in gpu_check.CASES}
     docs = open(os.path.join(ROOT, "docs", "GPU.md"), encoding="utf-8").read()
-    rows = re.findall(r"^\| (\w+) \| \d+×\d+ \| [\d.]+ \| \d+ \| ([\d.]+) \| ([\d.]+) \| "
+    rows = re.findall(r"^\| (\w+) \| (\d+×\d+[^|]*?) \| [\d.]+ \| \d+ \| ([\d.]+) \| ([\d.]+) \| "
                       r"([\d.]+) \| \d+ \| ([^|]+) \| (\w+) \|$", docs, re.M)
-    assert sorted(r[0] for r in rows) == sorted(gpu)
-    for preset, arguments, temporaries, peak, checks, attention in rows:
-        v = gpu[preset]
+    assert sorted(r[:2] for r in rows) == sorted(gpu)
+    for preset, label, arguments, temporaries, peak, checks, attention in rows:
+        v = gpu[preset, label]
         n = len(v["hlo_findings"])
         assert (arguments, temporaries, peak) == tuple(
-            f"{v[k] / 2**30:.2f}" for k in ("arguments", "temporaries", "peak")), preset
-        assert checks.strip() == ("clean" if not n else f"**{n} scatter(s)**"), preset
-        assert attention == ("cuDNN" if v["cudnn_attention"] else "XLA"), preset
+            f"{v[k] / 2**30:.2f}" for k in ("arguments", "temporaries", "peak")), (preset, label)
+        assert checks.strip() == ("clean" if not n else f"**{n} scatter(s)**"), (preset, label)
+        assert attention == ("cuDNN" if v["cudnn_attention"] else "XLA"), (preset, label)

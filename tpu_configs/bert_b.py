@@ -10,8 +10,8 @@ knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_b.py --topology
 v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 128 (16
-per core) the train step needs 5.37 GiB per core of 16 (arguments 1.24,
-temporaries 4.13): fits. With `--fit-batch` (2026-11-26) the largest batch that
+per core) the train step needs 4.81 GiB per core of 16 (arguments 1.24,
+temporaries 3.56): fits. With `--fit-batch` (2026-11-26) the largest batch that
 compiles is 520 (65 per core; 536 is refused), its memory as XLA reports it
 15.71 GiB.
 """

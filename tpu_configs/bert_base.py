@@ -12,8 +12,8 @@ when memory is short.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_base.py --topology
 v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 128 (16
-per core) the train step needs 10.33 GiB per core of 16 (arguments 1.24,
-temporaries 9.09): fits. Its program is v3_8.py's (the same model, batch and
+per core) the train step needs 9.21 GiB per core of 16 (arguments 1.24,
+temporaries 7.96): fits. Its program is v3_8.py's (the same model, batch and
 mesh): compiled once for both. The largest batch that compiles is 216 (27 per
 core; 224 is refused): `--fit-batch` on v3_8.py, the same program (2026-11-26).
 """

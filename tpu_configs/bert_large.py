@@ -7,8 +7,8 @@ BERT-base (254 vs 186 CPU-s for v3_8.py in `make tpu-check`).
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_large.py --topology
 v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 256 (32
-per core) the train step needs 16.18 GiB per core of 16 (arguments 3.78,
-temporaries 12.41): fits, with the remat policy below and no FSDP. XLA accepts
+per core) the train step needs 15.93 GiB per core of 16 (arguments 3.78,
+temporaries 12.16): fits, with the remat policy below and no FSDP. XLA accepts
 it although those two add up to more than the core's 16 GiB (its own accounting
 decides, docs/TPU.md §15), so the margin is thin: for a bigger batch shard the
 params and Adam state (--config.mesh.fsdp=8 --config.mesh.data=1), which the

@@ -12,8 +12,8 @@ several target tokens.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_merged.py
 --topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 10.55 GiB per core of 16 (arguments
-0.77, temporaries 9.78): fits. With `--fit-batch` (2026-11-26) the largest batch
+batch 256 (32 per core) the train step needs 9.42 GiB per core of 16 (arguments
+0.77, temporaries 8.65): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 432 (54 per core; 440 is refused), its memory as XLA reports it
 16.46 GiB.
 """

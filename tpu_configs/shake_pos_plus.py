@@ -13,8 +13,8 @@ on CoPA, even fine-tuned without shaking; the gain grows with pretraining length
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_pos_plus.py
 --topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 11.43 GiB per core of 16 (arguments
-0.78, temporaries 10.65): fits. With `--fit-batch` (2026-11-26) the largest
+batch 256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
+0.78, temporaries 9.53): fits. With `--fit-batch` (2026-11-26) the largest
 batch that compiles is 384 (48 per core; 392 is refused), its memory as XLA
 reports it 16.28 GiB.
 """

@@ -11,8 +11,8 @@ acts like a regulariser.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_random.py
 --topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 11.43 GiB per core of 16 (arguments
-0.78, temporaries 10.65): fits. Its program is shake_pos_plus's up to SHAKE's bf
+batch 256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
+0.78, temporaries 9.53): fits. Its program is shake_pos_plus's up to SHAKE's bf
 constant, so it was compiled once for both. The largest batch that compiles is
 384 (48 per core; 392 is refused): `--fit-batch` on shake_pos_plus.py, the same
 program (2026-11-26).

@@ -11,8 +11,8 @@ newspaper-scale corpus. On this 2-core CPU: see docs/PERFORMANCE.md.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/uknow_small.py
 --topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 128 (16 per core) the train step needs 0.74 GiB per core of 16 (arguments
-0.13, temporaries 0.61): fits. With `--fit-batch` (2026-11-26) the largest batch
+batch 128 (16 per core) the train step needs 0.68 GiB per core of 16 (arguments
+0.13, temporaries 0.55): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 4392 (549 per core; 4528 is refused), its memory as XLA reports
 it 17.78 GiB.
 """

@@ -10,8 +10,8 @@ knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/uknowbert_r.py
 --topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 128 (16 per core) the train step needs 0.96 GiB per core of 16 (arguments
-0.13, temporaries 0.83): fits. With `--fit-batch` (2026-11-26) the largest batch
+batch 128 (16 per core) the train step needs 0.90 GiB per core of 16 (arguments
+0.13, temporaries 0.77): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 3520 (440 per core; 3624 is refused), its memory as XLA reports
 it 20.59 GiB.
 """

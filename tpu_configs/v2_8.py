@@ -11,7 +11,7 @@ For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
 
 Compiled for a v2-8 (`kjax compile --config tpu_configs/v2_8.py --topology
 v2-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): the train step
-needs 4.97 GiB per core of 8 (arguments 1.24, temporaries 3.73): fits. With
+needs 4.41 GiB per core of 8 (arguments 1.24, temporaries 3.17): fits. With
 `--fit-batch` (2026-11-26) the largest batch that compiles is 496 (62 per core;
 504 is refused), its memory as XLA reports it 7.82 GiB: one compile that fits
 and three XLA refused.

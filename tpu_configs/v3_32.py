@@ -10,8 +10,8 @@ state, no remat. The tokens of 1M steps × 128 (bert_base.py) in 250k steps.
 
 Compiled for a v3-32 as its 4 hosts would (`kjax compile --config
 tpu_configs/v3_32.py --topology v3-32`; libtpu 0.0.42.1, no TPU, 2026-11-27,
-`make tpu-check`): the train step needs 10.33 GiB per core of 16 (arguments
-1.24, temporaries 9.09): fits. With `--fit-batch` (2026-11-26) the largest batch
+`make tpu-check`): the train step needs 9.21 GiB per core of 16 (arguments
+1.24, temporaries 7.96): fits. With `--fit-batch` (2026-11-26) the largest batch
 that compiles is 864 (27 per core, as on a v3-8; 896 is refused), its memory as
 XLA reports it 16.03 GiB: one compile that fits and three XLA refused.
 

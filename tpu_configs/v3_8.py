@@ -11,7 +11,7 @@ UKNOW base's setting (Table 13: batch 128, lr 1e-4, 1M steps, TPU v3).
 
 Compiled for a v3-8 (`kjax compile --config tpu_configs/v3_8.py --topology
 v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): the train step
-needs 10.33 GiB per core of 16 (arguments 1.24, temporaries 9.09): fits. Before
+needs 9.21 GiB per core of 16 (arguments 1.24, temporaries 7.96): fits. Before
 the explicit path kept its [b, h, q, k] arrays in bf16 (model.attention_logits,
 docs/PERFORMANCE.md) it was 11.54 GiB, with SHAKE's dense B 12.13 GiB, with the
 flash kernel and pairs B 7.73 GiB (the kernel in Pallas' interpret mode: v3's

@@ -12,8 +12,8 @@ work the same way with their runtime image (docs/TPU.md §2).
 Compiled for a v4-8 (`kjax compile --config tpu_configs/v4_8.py --topology
 v4-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): without remat XLA
 refuses it (temporaries 33.87 GiB of 30.75 usable per chip); with the remat
-policy above the train step needs 10.71 GiB per chip of 32 (arguments 1.24,
-temporaries 9.47): fits. With `--fit-batch` (2026-11-26) the largest batch that
+policy above the train step needs 10.98 GiB per chip of 32 (arguments 1.24,
+temporaries 9.73): fits. With `--fit-batch` (2026-11-26) the largest batch that
 compiles is 1028 (257 per chip; 1060 is refused, within 1/32), its memory as XLA
 reports it 35.46 GiB: one compile that fits and three XLA refused.
 
