@@ -108,13 +108,10 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols, eq1: bool):
 
 
 def _loop_step(st: Static, refs: dict, step, carry, rows, k0, bk: int):
-    """step(eq1, carry) for one tile of the kernel's loop. Pairs boost few keys
-    per query (pos: a handful near the query), so most tiles hold no boosted
-    pair and take the step without Eq. 1's arithmetic; the flag costs
-    O(block_q) per tile against the tile's O(block_q · block_k) (a max: Triton
-    lowers no `any`). The branch is over the whole step: on Triton a cond
-    inside it, whose results fed the dK/dV kernel's transposed products,
-    failed to compile (H100/H200, jax 0.10–0.11)."""
+    """step(eq1, carry) for one tile. Pairs boost few keys per query (pos: a handful near
+    it): most tiles skip Eq. 1, on a flag of O(block_q) (a max: Triton lowers no `any`).
+    The branch spans the step: a cond inside it, feeding dK/dV's transposed products,
+    did not compile on Triton (jax 0.10–0.11)."""
     if st.shake != "pairs":
         return step(st.shake == "dense", carry)
     start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
@@ -151,9 +148,9 @@ def _dropped(p, z):
 
 
 def _eq1_backward(refs, ds, s, tile):
+    """d|s·B|/ds = B·sign(s) for B ≥ 0, with jnp.abs's convention sign(0) = +1."""
     if tile is None:
         return ds
-    # d|s·B|/ds = B·sign(s) for B ≥ 0, with jnp.abs's convention sign(0) = +1.
     return ds * (1.0 + refs["bf"][0, 0] * tile * jnp.where(s >= 0, 1.0, -1.0))
 
 
@@ -180,9 +177,8 @@ def _forward_kernel(*refs, st: Static, names):
     q0 = pl.program_id(2) * bq
     seed = _drop_seed(st, r)
 
-    def step(j, eq1, carry):
+    def step(k0, eq1, carry):
         acc, m, l = carry
-        k0 = pl.multiple_of(j * st.block_k, st.block_k)
         cols = pl.ds(k0, st.block_k)
         k, v = r["k"][cols, :], r["v"][cols, :]
         _, shaken, mask, _ = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
@@ -198,7 +194,7 @@ def _forward_kernel(*refs, st: Static, names):
 
     def body(j, carry):
         k0 = pl.multiple_of(j * st.block_k, st.block_k)
-        return _loop_step(st, r, functools.partial(step, j), carry, slice(None), k0, st.block_k)
+        return _loop_step(st, r, functools.partial(step, k0), carry, slice(None), k0, st.block_k)
 
     lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), MASK_VALUE, jnp.float32),
@@ -216,8 +212,7 @@ def _dq_kernel(*refs, st: Static, names):
     q0 = pl.program_id(2) * bq
     seed = _drop_seed(st, r)
 
-    def step(j, eq1, dq):
-        k0 = pl.multiple_of(j * st.block_k, st.block_k)
+    def step(k0, eq1, dq):
         cols = pl.ds(k0, st.block_k)
         k, v = r["k"][cols, :], r["v"][cols, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
@@ -231,7 +226,7 @@ def _dq_kernel(*refs, st: Static, names):
 
     def body(j, dq):
         k0 = pl.multiple_of(j * st.block_k, st.block_k)
-        return _loop_step(st, r, functools.partial(step, j), dq, slice(None), k0, st.block_k)
+        return _loop_step(st, r, functools.partial(step, k0), dq, slice(None), k0, st.block_k)
 
     lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
     dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
@@ -245,10 +240,8 @@ def _dkv_kernel(*refs, st: Static, names):
     k0 = pl.program_id(2) * bk
     seed = _drop_seed(st, r)
 
-    def step(i, eq1, carry):
+    def step(q0, rows, eq1, carry):
         dk, dv = carry
-        q0 = pl.multiple_of(i * st.block_q, st.block_q)
-        rows = pl.ds(q0, st.block_q)
         q, do = r["q"][rows, :], r["do"][rows, :]
         lse, delta = r["lse"][rows, :], r["delta"][rows, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
@@ -262,12 +255,12 @@ def _dkv_kernel(*refs, st: Static, names):
         return dk, dv
 
     def body(i, carry):
-        rows = pl.ds(pl.multiple_of(i * st.block_q, st.block_q), st.block_q)
-        return _loop_step(st, r, functools.partial(step, i), carry, rows, k0, bk)
+        q0 = pl.multiple_of(i * st.block_q, st.block_q)
+        rows = pl.ds(q0, st.block_q)
+        return _loop_step(st, r, functools.partial(step, q0, rows), carry, rows, k0, bk)
 
     lo, hi = _span(k0, bk, st.block_q, seq // st.block_q, st.half_window)
-    zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(lo, hi, body, (zeros, zeros))
+    dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
     r["dk"][...] = dk.astype(r["dk"].dtype)
     r["dv"][...] = dv.astype(r["dv"].dtype)
 
