@@ -17,9 +17,10 @@ from conftest import ROOT
 from kjax.pretrain import aot, compile_record as cr
 
 
-def load_tpu_check():
-    spec = importlib.util.spec_from_file_location("tpu_check_record",
-                                                  os.path.join(ROOT, ".ci", "tpu_check.py"))
+def load_check(name: str = "tpu_check"):
+    """.ci/NAME.py as a module (the check scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_record",
+                                                  os.path.join(ROOT, ".ci", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -29,7 +30,7 @@ def load_tpu_check():
 def check(tmp_path, monkeypatch):
     """tpu_check with its presets in tmp_path (the demo, to be edited) and a
     compiler that answers "fits, peak = 1 MiB × layers" and counts calls."""
-    module = load_tpu_check()
+    module = load_check()
     configs = tmp_path / "configs"
     configs.mkdir()
     shutil.copy(os.path.join(ROOT, "tpu_configs", "demo.py"), configs / "demo.py")
@@ -181,10 +182,7 @@ def test_gpu_docs_quote_the_record():
     .ci/gpu_check.py (memory to the hundredth of a GiB, the HLO checks' count,
     the attention path)."""
     import re
-    spec = importlib.util.spec_from_file_location("gpu_check_quotes",
-                                                  os.path.join(ROOT, ".ci", "gpu_check.py"))
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = load_check("gpu_check")
     record = cr.Record(os.path.join(ROOT, ".ci", "compile_record.json")).entries
     gpu = {(preset, label): record[cr.case_id("gpu", preset, gpu_check.TOPOLOGY, overrides)]["verdict"]
            for preset, overrides, label in gpu_check.CASES}

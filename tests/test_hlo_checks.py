@@ -1,7 +1,12 @@
 """The optimized-HLO checks of `make gpu-check` (kjax/pretrain/hlo_checks.py),
 on snippets written as XLA:GPU prints them (the bert_base step's scatters,
-jax 0.10.2, H100 target), and the platform attention lowers for."""
-from kjax.pretrain.hlo_checks import scatter_findings
+jax 0.10.2, H100 target), the kernel/transpose/traffic count
+benchmarks/hlo_traffic.py prints, and the platform attention lowers for."""
+import os
+import subprocess
+import sys
+
+from kjax.pretrain.hlo_checks import kernel_traffic, scatter_findings
 
 TOKEN_TYPE = ("  ROOT %scatter-add.12.1 = bf16[2,768]{1,0} scatter(%param_0.2469, %bitcast.160.2, "
               "%bitcast.199.2), update_window_dims={1,2}, inserted_window_dims={}, "
@@ -44,6 +49,52 @@ def test_a_clean_program_has_no_findings():
     # bf16 scatter that declares its indices unique
     assert scatter_findings("\n".join([WORDS_F32, NSP_POINTS, UNIQUE_BF16])) == []
     assert scatter_findings(SMALL_F32, small_rows=512) == []
+
+
+ENTRY = """HloModule jit_train_step
+%fused_add (p0: bf16[4,8]) -> bf16[4,8] {
+  ROOT %nested = bf16[4,8]{1,0} fusion(%p0), kind=kLoop, calls=%x
+}
+
+ENTRY %main (a: bf16[4,8], b: f32[8,2]) -> (bf16[8,4], f32[4,2]) {
+  %a = bf16[4,8]{1,0} parameter(0)
+  %b = f32[8,2]{1,0} parameter(1)
+  %input_transpose_fusion.3 = bf16[8,4]{1,0} fusion(%a), kind=kInput, calls=%t
+  %gemm_fusion_dot.1 = f32[4,2]{1,0} fusion(%a, %b), kind=kCustom, calls=%g
+  %cudnn = (pred[4,8]{1,0}, s32[]) custom-call(%a), custom_call_target="x"
+  %add.1 = f32[4,2]{1,0} add(%gemm_fusion_dot.1, %gemm_fusion_dot.1)
+  ROOT %t = (bf16[8,4]{1,0}, f32[4,2]{1,0}) tuple(%input_transpose_fusion.3, %add.1)
+}
+"""
+
+
+def test_kernel_traffic_counts_the_entry_kernels_and_their_bytes():
+    """Entry fusions and custom calls only (not the nested computation's, not
+    plain ops); bytes of operands and results by dtype width."""
+    assert kernel_traffic(ENTRY) == {
+        "kernels": 3, "transposes": 1,
+        "bytes": (64 + 64)                  # the transpose: bf16[4,8] in, bf16[8,4] out
+        + (64 + 64 + 32)                    # the dot: bf16[4,8], f32[8,2] in, f32[4,2] out
+        + (64 + 32 + 4)}                    # the custom call: bf16[4,8] in, (pred, s32) out
+    assert kernel_traffic("HloModule empty") == {"kernels": 0, "transposes": 0, "bytes": 0}
+
+
+def test_hlo_traffic_benchmark_prints_a_row_per_variant(tmp_path):
+    """benchmarks/hlo_traffic.py at CPU sizes (its H100 target needs the CUDA
+    plugin of build/gpu-venv): one row per variant, the HLO kept."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "hlo_traffic.py"), "--target", "cpu",
+         "--config", "demo", "--seq", "32", "--batch", "8", "--hlo", str(tmp_path),
+         "--variant", "demo=", "--variant", "wider=model.intermediate_size=512"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()
+            if line.startswith("| ") and "variant" not in line]
+    assert [r[0].strip() for r in rows] == ["demo", "wider"]
+    assert all(int(r[2]) > 0 and float(r[4]) > 0 for r in rows)
+    assert float(rows[1][4]) > float(rows[0][4])   # a wider FFN moves more bytes
+    assert sorted(os.listdir(tmp_path)) == ["variant0.hlo.txt", "variant1.hlo.txt"]
 
 
 def test_attention_asks_the_platform_it_lowers_for():

@@ -13,8 +13,12 @@ step dearly (the H100 profile of bert_base, docs/GPU.md):
   in fp32, so their scatters are fp32 adds.
 
 `scatter_findings(text)` returns one line per offending instruction, empty
-when the program is clean. It reads the text only (no XLA, no GPU), so the
-suite tests it on hand-written snippets (tests/test_hlo_checks.py).
+when the program is clean. `kernel_traffic(text)` counts the entry
+computation's kernels (fusions and custom calls), those that transpose, and
+the bytes of their operands and results summed: an upper bound on the step's
+memory traffic, what docs/PERFORMANCE.md compares across changes
+(benchmarks/hlo_traffic.py prints it). Both read the text only (no XLA, no
+GPU), so the suite tests them on hand-written snippets (tests/test_hlo_checks.py).
 """
 from __future__ import annotations
 
@@ -65,4 +69,41 @@ def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[
             where = _OP_NAME.search(line)
             at = f" (at {where.group(1)})" if where else ""
             out.append(f"{m.group(1)}: {shape}: {'; '.join(reasons)}{at}")
+    return out
+
+
+# `%name = SHAPE op(operands), attributes` in the entry computation
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+([\w\-]+)\((.*?)\)")
+_ANY_ARRAY = re.compile(r"\b([a-z]\w*?)\[([\d,]*)\]")
+
+
+def _nbytes(shape: str) -> int:
+    total = 0
+    for dtype, dims in _ANY_ARRAY.findall(shape):
+        bits = 8 if dtype == "pred" else int(re.search(r"\d+", dtype).group())
+        count = 1
+        for d in dims.split(","):
+            count *= int(d) if d else 1
+        total += count * bits // 8
+    return total
+
+
+def kernel_traffic(hlo_text: str) -> dict:
+    """{"kernels", "transposes", "bytes"} of the entry computation's fusions
+    and custom calls: how many, how many transpose (by XLA's fusion name, or
+    a transpose op of their own), and their operands' and results' bytes."""
+    entry = re.search(r"^ENTRY [^\n]*\{\n(.*?)\n\}", hlo_text, re.M | re.S)
+    shapes, out = {}, {"kernels": 0, "transposes": 0, "bytes": 0}
+    for line in (entry.group(1) if entry else "").splitlines():
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        name, shape, op, operands = m.groups()
+        shapes[name] = shape
+        if op not in ("fusion", "custom-call", "transpose"):
+            continue
+        out["kernels"] += op != "transpose"
+        out["transposes"] += op == "transpose" or "transpose" in name
+        out["bytes"] += _nbytes(shape) + sum(_nbytes(shapes.get(a.strip(), ""))
+                                             for a in operands.split(","))
     return out

@@ -1,0 +1,86 @@
+"""What a change does to the step a GPU would run, without a GPU: the train
+step compiled for an H100 described to this CPU host (.ci/h100_sxm.txtpb, as
+`make gpu-check` does) and counted in its optimized HLO: kernels (fusions and
+custom calls), transposes, the bytes their operands and results move (an
+upper bound on the step's memory traffic; kjax/pretrain/hlo_checks.py
+kernel_traffic) and XLA's temporaries. Not timings: docs/PERFORMANCE.md
+turns the bytes into a predicted ms against the card's bandwidth. Only the
+entry computation is counted: the GPU's default unrolls the layers; a
+scanned stack (CPU/TPU default) keeps its layers in a loop body not counted.
+
+    build/gpu-venv/bin/python benchmarks/hlo_traffic.py                  # bert_base 512×32
+    build/gpu-venv/bin/python benchmarks/hlo_traffic.py \\
+        --variant "no dropout=model.dropout_rate=0.0,model.attention_dropout_rate=0.0" \\
+        --variant preset= --hlo runs/hlo
+    python benchmarks/hlo_traffic.py --target cpu --config demo --seq 64 --batch 8  # CPU check
+
+Each --variant is a label, '=', comma-separated config overrides on top of
+the preset (default: the preset alone). Needs jax's CUDA plugin for the
+H100 target (`make gpu-check` builds build/gpu-venv); `--target cpu`
+compiles for this host instead. `--hlo DIR` keeps each optimized HLO.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import _common
+
+TARGET = os.path.join(_common.ROOT, ".ci", "h100_sxm.txtpb")
+
+
+def devices(target: str):
+    import jax
+    if target == "cpu":
+        return jax.devices("cpu")[:1]
+    from jax.experimental import topologies
+    with open(TARGET, encoding="utf-8") as f:
+        return topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                            target_config=f.read()).devices
+
+
+def measure(config, devs, hlo_path: str | None) -> dict:
+    from kjax.pretrain import aot
+    from kjax.pretrain.hlo_checks import kernel_traffic
+    start = time.perf_counter()
+    compiled = aot.lower(config, devs).compile()
+    seconds = time.perf_counter() - start
+    text = compiled.as_text()
+    if hlo_path:
+        with open(hlo_path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return {**kernel_traffic(text), "seconds": seconds,
+            "temporaries": compiled.memory_analysis().temp_size_in_bytes}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="bert_base", help="a preset of tpu_configs/")
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--target", default="h100", choices=("h100", "cpu"))
+    ap.add_argument("--variant", action="append", metavar="LABEL=OVERRIDES")
+    ap.add_argument("--hlo", help="folder for each variant's optimized HLO")
+    args = ap.parse_args()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
+    devs = devices(args.target)
+    if args.hlo:
+        os.makedirs(args.hlo, exist_ok=True)
+    print(f"{args.config} seq {args.seq} batch {args.batch}, compiled for "
+          f"{'an H100 (.ci/h100_sxm.txtpb)' if args.target == 'h100' else 'this CPU'}\n")
+    print("| variant | compile s | kernels | transposes | traffic GB / step | temporaries GiB |")
+    print("|---|---|---|---|---|---|")
+    for i, spec in enumerate(args.variant or ["preset="]):
+        label, _, rest = spec.partition("=")
+        extra = [f"--config.{o}" for o in rest.split(",") if o]
+        config = _common.preset_config(args.config, args.seq, args.batch, extra=extra)
+        hlo = os.path.join(args.hlo, f"variant{i}.hlo.txt") if args.hlo else None
+        r = measure(config, devs, hlo)
+        print(f"| {label} | {r['seconds']:.1f} | {r['kernels']} | {r['transposes']} | "
+              f"{r['bytes'] / 1e9:.2f} | {r['temporaries'] / 2**30:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
