@@ -9,7 +9,9 @@ shared memory, HBM, cuDNN 9.28), given to jax as a deviceless topology. The
 step is traced for the GPU (kjax.model.platform: attention takes the path a
 GPU would, cuDNN where `auto` picks it), compiled, and its optimized HLO
 checked: no scatter-add into a small embedding table, no 16-bit scatter
-without unique indices (kjax/pretrain/hlo_checks.py). Prints compile time
+without unique indices (kjax/pretrain/hlo_checks.py); where the step holds
+kjax's Pallas kernels, ptxas assembles their PTX for sm_90a and none may
+spill registers or serialize its wgmma (kjax/pretrain/ptx_checks.py). Prints compile time
 and memory per device. Verdicts come from .ci/compile_record.json when the
 lowered program, plugin and target config are the ones recorded
 (kjax/pretrain/compile_record.py); in the default mode any other case is
@@ -31,6 +33,7 @@ from kjax.pretrain.compile_record import MODES, Record, case_id  # noqa: E402  (
 GIB = 1 << 30
 TARGET = os.path.join(ROOT, ".ci", "h100_sxm.txtpb")
 TOPOLOGY = "h100_sxm 1x1x1"
+PALLAS_KERNELS = "shake_flash"   # kjax/model/flash_shake.py's kernels, as XLA names them
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 # (preset, overrides, what the case is): one GPU, the batches the H100/H200
 # runs of docs/GPU.md used (uknowbert_b: its 256 positions, bert_base's tokens)
@@ -38,7 +41,8 @@ CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
          ("modern_base", ["train.batch_size=16"], "1024×16"),
          ("uknowbert_b", ["train.batch_size=64"], "256×64"),
          # the Pallas kernel through Triton: attention dropout and pairs B in it (a
-         # Triton kernel that does not compile fails here, not on the user's GPU)
+         # Triton kernel that does not compile, or spills registers, fails here, not
+         # on the user's GPU)
          ("bert_base", ["train.batch_size=32", "model.shake_factor=0.3", "shake.variant=random",
                         "shake.layout=pairs", "model.attention_impl=flash"],
           "512×32, flash: dropout + pairs B")]
@@ -51,16 +55,29 @@ def device_memory(target_text: str) -> int:
     return int(m.group(1))
 
 
-def compile_verdict(lowered) -> dict:
-    """XLA's verdict for the H100: memory per device and the HLO checks' lines."""
+def compile_verdict(lowered, pallas: bool = False) -> dict:
+    """XLA's verdict for the H100: memory per device and the HLO checks' lines;
+    with `pallas`, ptxas' report on the Pallas kernels (sm_90a: registers, and a
+    line for each that spills or serializes its wgmma; kjax/pretrain/ptx_checks.py)."""
+    import tempfile
+
+    from kjax.pretrain import ptx_checks
     from kjax.pretrain.hlo_checks import scatter_findings
     start, cpu = time.perf_counter(), time.process_time()
-    try:
-        compiled = lowered.compile()
-    except Exception as e:  # noqa: BLE001 - XlaRuntimeError has no stable import path
-        return {"compiled": False, "error": " ".join(str(e).split())[:240],
-                "seconds": round(time.perf_counter() - start, 1)}
-    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    with tempfile.TemporaryDirectory() as dump:
+        try:
+            compiled = lowered.compile(compiler_options={"xla_dump_to": dump} if pallas else None)
+        except Exception as e:  # noqa: BLE001 - XlaRuntimeError has no stable import path
+            return {"compiled": False, "error": " ".join(str(e).split())[:240],
+                    "seconds": round(time.perf_counter() - start, 1)}
+        seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        kernels = {}
+        if pallas:
+            ptxas = ptx_checks.find_ptxas()
+            if ptxas is None:
+                return {"compiled": False, "seconds": round(seconds, 1),
+                        "error": "no ptxas to check the Pallas kernels (jax's CUDA wheels)"}
+            kernels = ptx_checks.dumped_kernels(dump, ptxas, prefix=PALLAS_KERNELS)
     m = compiled.memory_analysis()
     peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
             + m.temp_size_in_bytes)
@@ -69,7 +86,8 @@ def compile_verdict(lowered) -> dict:
             "arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
             "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
             "peak": peak, "hlo_findings": scatter_findings(text),
-            "cudnn_attention": "__cudnn$fmha" in text}
+            "cudnn_attention": "__cudnn$fmha" in text,
+            "kernels": kernels, "ptx_findings": ptx_checks.findings(kernels)}
 
 
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
@@ -84,8 +102,9 @@ def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
     lower_s = time.perf_counter() - start
     case, program = cr.case_id("gpu", preset, TOPOLOGY, overrides), cr.program_hash(lowered)
     versions = cr.compiler_versions("gpu", target_text)
+    pallas = "model.attention_impl=flash" in overrides
     verdict, status, failure = cr.settle(record, case, program, versions, mode,
-                                         lambda: compile_verdict(lowered))
+                                         lambda: compile_verdict(lowered, pallas))
     return {"verdict": verdict, "status": status, "failure": failure, "lower_s": lower_s,
             "entry": cr.make_entry(case, preset, TOPOLOGY, overrides, program, versions,
                                    verdict, time.strftime("%Y-%m-%d"))}
@@ -101,8 +120,12 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
                 f"**not compiled**{status} | |", failures)
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
-    failures += [f"{preset}: {line}" for line in v["hlo_findings"]]
+    failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
     checks = "clean" if not v["hlo_findings"] else f"**{len(v['hlo_findings'])} scatter(s)**"
+    if v.get("kernels"):
+        spilled = len(v["ptx_findings"])
+        checks += f"; {len(v['kernels'])} Pallas kernels, " + (
+            f"**{spilled} spill(s)**" if spilled else "no spills (ptxas)")
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
             f"{memory / GIB:.0f} | {checks}{status} | "

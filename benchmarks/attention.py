@@ -30,6 +30,8 @@ itself: few key blocks per query block), pairs B "random" (keys anywhere)}.
 cudnn = jax's cuDNN fused attention (its dropout, seeded per executable, is
 timed for comparison only: kjax does not use it; it takes no B). Each row is
 printed as soon as it is measured; the grid stops after --cap seconds.
+`--tiles LABEL=F/DQ/DKV` (repeatable) adds flash rows with that tiling of
+the three kernels (benchmarks/flash_tiles.py says which tilings spill).
 """
 from __future__ import annotations
 
@@ -149,8 +151,9 @@ def time_rows(seqs, tokens, steps, backend):
     return head + "\n" + "\n".join(rows), note
 
 
-def grid(seqs, tokens, steps, cap_s):
-    """Issue 34's grid, one row printed per variant as soon as it is measured."""
+def grid(seqs, tokens, steps, cap_s, tilings=()):
+    """Issue 34's grid, one row printed per variant as soon as it is measured;
+    `tilings`: (label, (forward, dq, dk/dv) Tiles) timed as flash rows of their own."""
     import jax
     import jax.numpy as jnp
     from kjax.model import dropout_hash
@@ -172,7 +175,7 @@ def grid(seqs, tokens, steps, cap_s):
             shakes[name] = {"key_start": jnp.asarray(begin, jnp.int32),
                             "key_end": jnp.asarray(begin + 2, jnp.int32), "weight": weight}
         base = {}
-        for impl in ("cudnn", "flash", "xla"):
+        for impl in ("cudnn", "flash", *(f"flash {label}" for label, _ in tilings), "xla"):
             for rate in (0.0, 0.1):
                 for layout, shake in shakes.items():
                     if time.perf_counter() - start > cap_s:
@@ -187,9 +190,11 @@ def grid(seqs, tokens, steps, cap_s):
                         print(f"| cudnn | {rate} | none | {s} | {b} | not run: cuDNN's dropout "
                               "aborts the process (jax 0.11.2, H200) | |", flush=True)
                         continue
-                    if impl == "flash" and backend == "cpu" and s > 256:
+                    if impl.startswith("flash") and backend == "cpu" and s > 256:
                         continue   # interpret mode: an emulator, no speed
-                    fn = jax.jit(jax.value_and_grad(_grid_loss(impl, rate, valid, words), (0, 1, 2)))
+                    tiles = dict(tilings).get(impl.partition(" ")[2])
+                    fn = jax.jit(jax.value_and_grad(_grid_loss(impl, rate, valid, words, tiles),
+                                                    (0, 1, 2)))
                     try:
                         jax.block_until_ready(fn(q, k, v, shake))
                         times = []
@@ -207,7 +212,18 @@ def grid(seqs, tokens, steps, cap_s):
                           f"{ms / base[impl]:.2f}× |", flush=True)
 
 
-def _grid_loss(impl, rate, valid, words):
+def parse_tiling(text: str):
+    """LABEL=F/DQ/DKV → (label, (Tiles, Tiles, Tiles))."""
+    from kjax.model.flash_tiles import Tiles
+    label, _, spec = text.partition("=")
+    parts = spec.split("/")
+    if not label or len(parts) != 3:
+        raise SystemExit(f"--tiles {text!r}: give LABEL=F/DQ/DKV, each outer,inner,warps,stages")
+    return label, tuple(Tiles(*(int(x) for x in p.split(","))) for p in parts)
+
+
+def _grid_loss(impl, rate, valid, words, tiles=None):
+    import jax
     import jax.numpy as jnp
     from kjax.model import dropout_hash
     from kjax.model.attention import explicit_attention
@@ -218,6 +234,11 @@ def _grid_loss(impl, rate, valid, words):
         if impl == "cudnn":
             from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention
             out = dot_product_attention(q, k, v, scale=1.0, dropout_rate=rate)
+        elif tiles is not None:    # one layer, no mesh: the kernel itself, tiled as asked
+            from kjax.model.flash_shake import flash_attention
+            out = flash_attention(q, k, v, valid, shake=shake, bf=0.5, dropout_rate=rate,
+                                  dropout_words=words, tiles=tiles,
+                                  interpret=jax.default_backend() == "cpu")
         elif impl == "flash":
             out = fused_attention("flash", q, k, v, valid, shake=shake, bf=0.5, dropout=drop)
         else:
@@ -297,9 +318,14 @@ def main():
                     "not recorded)")
     ap.add_argument("--grid-seqs", default="512,2048,8192")
     ap.add_argument("--cap", type=float, default=420, help="--grid: seconds before it stops")
+    ap.add_argument("--tiles", action="append", default=[], metavar="LABEL=F/DQ/DKV",
+                    help="--grid: flash rows with this tiling too, each kernel's as "
+                    "outer,inner,warps,stages (kjax/model/flash_tiles.py), e.g. "
+                    "before=128,128,4,2/128,128,4,2/128,128,4,2")
     args = ap.parse_args()
     if args.grid:
-        return grid(ints(args.grid_seqs), args.tokens, args.steps, args.cap)
+        return grid(ints(args.grid_seqs), args.tokens, args.steps, args.cap,
+                    [parse_tiling(t) for t in args.tiles])
     import jax
     backend = jax.default_backend()
     tables = args.tables.split(",")

@@ -14,6 +14,7 @@ from kjax.model import dropout_hash
 from kjax.model.attention import explicit_attention
 from kjax.model.attention_core import choose_impl, fused_attention
 from kjax.model.flash_shake import flash_attention
+from kjax.model.flash_tiles import Tiles, kernel_tiles
 from test_attention_kernels import BLOCK, case_inputs
 
 RATE = 0.1
@@ -45,6 +46,45 @@ def test_flash_dropout_matches_explicit_path(case, broadcast):
              for f in (flash, explicit)]
     for name, g, w in zip("qkv", *grads):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=0, err_msg=f"d{name}")
+
+
+# each kernel its own blocks, as on GPU (forward 16 × 8, dq 8 × 16, dk/dv 16 × 8, over
+# 32 positions: the loops cross 2–4 blocks); and the TPU layout [b, h, s, d]
+@pytest.mark.parametrize("tiling,backend", [("per_kernel", None), ("tpu_layout", "tpu")])
+def test_flash_kernel_tilings_and_layouts_give_the_same_attention(tiling, backend):
+    q, k, v, valid, live, cot, masks = case_inputs("pairs_bf+_segments_window")
+    tiles = (Tiles(16, 8), Tiles(8, 16), Tiles(16, 8)) if tiling == "per_kernel" else None
+
+    def flash(q, k, v):
+        return flash_attention(q, k, v, valid, **masks, dropout_rate=RATE, dropout_words=WORDS,
+                               tiles=tiles, block_q=None if tiles else BLOCK,
+                               block_k=None if tiles else BLOCK, backend=backend, interpret=True)
+
+    def explicit(q, k, v):
+        drop = lambda p: dropout_hash.dropout(p, WORDS, RATE)  # noqa: E731
+        return explicit_attention(q, k, v, valid, **masks, dropout=drop)[0]
+
+    np.testing.assert_allclose(np.asarray(flash(q, k, v))[live],
+                               np.asarray(explicit(q, k, v))[live], atol=1e-5, rtol=0)
+    grads = [jax.grad(lambda *a: (f(*a) * cot).sum(), (0, 1, 2))(q, k, v)
+             for f in (flash, explicit)]
+    for name, g, w in zip("qkv", *grads):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0, err_msg=f"d{name}")
+
+
+def test_kernel_tiles_fit_the_sequence_and_name_a_bad_block():
+    """GPU tiles shrink to divide the sequence; TPU and given blocks are one
+    block for every kernel; a block that does not divide seq is refused by name."""
+    fwd, dq, dkv = kernel_tiles(96, triton=True)
+    assert all(96 % t.outer == 0 and 96 % t.inner == 0 for t in (fwd, dq, dkv))
+    assert kernel_tiles(512, triton=False) == (Tiles(128, 128),) * 3
+    assert kernel_tiles(512, triton=True, block_q=32, block_k=64) == (
+        Tiles(32, 64), Tiles(32, 64), Tiles(64, 32))
+    q, k, v, valid, *_ = case_inputs("plain")
+    with pytest.raises(ValueError, match=r"sequence length 32 is not a multiple of the "
+                                         r"kernels' blocks \[\(16, 8\), \(8, 12\)"):
+        flash_attention(q, k, v, valid, tiles=(Tiles(16, 8), Tiles(8, 12), Tiles(16, 8)),
+                        interpret=True)
 
 
 def corr(a, b):

@@ -31,12 +31,15 @@ Masks follow `jax.nn.dot_product_attention`: True attends. A query row with
 no key to attend to (a padded query in its own segment) returns zeros and
 passes no gradient; kjax never reads such rows.
 
-Arrays inside are [batch, heads, seq, head_dim]; the grid runs over batch,
-heads and blocks of the outer sequence, a `fori_loop` over the blocks of the
-other (skipping blocks outside a local window). Per-position vectors are laid
-out [b, s, 1] (query side) and [b, 1, s] (key side) so every block's last two
-dimensions are TPU-legal. With `interpret=True` (CPU) Pallas runs the same
-kernels through XLA: that is how the tests check them.
+The grid runs over batch, heads and blocks of the outer sequence, a
+`fori_loop` over the blocks of the other (skipping blocks outside a local
+window); each kernel tiles its own way (kjax/model/flash_tiles.py). The kernels
+read q, k, v [batch, seq, heads, head_dim] in place on GPU and in interpret
+mode; on TPU they are made [batch, heads, seq, head_dim] first, and
+per-position vectors are laid out [b, s, 1] (query side) and [b, 1, s] (key
+side), so every block's last two dimensions are TPU-legal. With
+`interpret=True` (CPU) Pallas runs the same kernels through XLA: that is how
+the tests check them (`backend="tpu"` with it: the TPU layout).
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from kjax.model import dropout_hash
+from kjax.model.flash_tiles import Tiles, block_spec, kernel_tiles
 from kjax.model.platform import platform
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)   # jax.nn.dot_product_attention's
@@ -61,8 +65,9 @@ TN = (((0,), (0,)), ((), ()))    # aᵀ · b
 @dataclasses.dataclass(frozen=True)
 class Static:
     """What the kernels are specialised on (hashable: a custom_vjp static)."""
-    block_q: int
-    block_k: int
+    forward: Tiles
+    dq: Tiles
+    dkv: Tiles
     half_window: int | None   # |q − k| ≤ half_window attends; None: global
     segments: bool
     shake: str                # "none" | "dense" | "pairs"
@@ -70,16 +75,7 @@ class Static:
     drop_broadcast: bool      # one mask shared by every example and head
     interpret: bool           # run through XLA (CPU): tests and debugging
     triton: bool              # on GPU: Pallas' Triton backend (not Mosaic GPU)
-
-
-def pick_block(seq: int, preferred: int = 128) -> int:
-    """The largest power of two ≤ `preferred` that divides seq (≥ 8), else seq."""
-    block = preferred
-    while block >= 8:
-        if seq % block == 0:
-            return block
-        block //= 2
-    return seq
+    heads_major: bool         # arrays [b, h, s, d] (TPU), else as given, [b, s, h, d]
 
 
 # ---- one tile: logits, Eq. 1, mask ------------------------------------------------------
@@ -175,11 +171,11 @@ def _forward_kernel(*refs, st: Static, names):
     q = r["q"][...]
     bq, seq = q.shape[0], r["k"].shape[0]
     q0 = pl.program_id(2) * bq
-    seed = _drop_seed(st, r)
+    seed, bk = _drop_seed(st, r), st.forward.inner
 
     def step(k0, eq1, carry):
         acc, m, l = carry
-        cols = pl.ds(k0, st.block_k)
+        cols = pl.ds(k0, bk)
         k, v = r["k"][cols, :], r["v"][cols, :]
         _, shaken, mask, _ = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
         shaken = jnp.where(mask, shaken, MASK_VALUE)
@@ -187,16 +183,16 @@ def _forward_kernel(*refs, st: Static, names):
         p = jnp.where(mask, jnp.exp(shaken - m_new), 0.0)
         correction = jnp.exp(m - m_new)
         l = correction * l + jnp.sum(p, axis=1, keepdims=True)   # statistics: undropped p
-        p = _dropped(p, _drop_scale(st, seed, q0, k0, bq, st.block_k, seq))
+        p = _dropped(p, _drop_scale(st, seed, q0, k0, bq, bk, seq))
         acc = correction * acc + lax.dot_general(p.astype(v.dtype), v, (((1,), (0,)), ((), ())),
                                                  preferred_element_type=jnp.float32)
         return acc, m_new, l
 
     def body(j, carry):
-        k0 = pl.multiple_of(j * st.block_k, st.block_k)
-        return _loop_step(st, r, functools.partial(step, k0), carry, slice(None), k0, st.block_k)
+        k0 = pl.multiple_of(j * bk, bk)
+        return _loop_step(st, r, functools.partial(step, k0), carry, slice(None), k0, bk)
 
-    lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
+    lo, hi = _span(q0, bq, bk, seq // bk, st.half_window)
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), MASK_VALUE, jnp.float32),
             jnp.zeros((bq, 1), jnp.float32))
     acc, m, l = lax.fori_loop(lo, hi, body, init)
@@ -210,25 +206,25 @@ def _dq_kernel(*refs, st: Static, names):
     q, do, lse, delta = r["q"][...], r["do"][...], r["lse"][...], r["delta"][...]
     bq, seq = q.shape[0], r["k"].shape[0]
     q0 = pl.program_id(2) * bq
-    seed = _drop_seed(st, r)
+    seed, bk = _drop_seed(st, r), st.dq.inner
 
     def step(k0, eq1, dq):
-        cols = pl.ds(k0, st.block_k)
+        cols = pl.ds(k0, bk)
         k, v = r["k"][cols, :], r["v"][cols, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
         # dP = (dO·Vᵀ)∘Z; D = rowsum(dO∘O) already is Σ P∘dP (O used the dropped P).
         dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32),
-                      _drop_scale(st, seed, q0, k0, bq, st.block_k, seq))
+                      _drop_scale(st, seed, q0, k0, bq, bk, seq))
         ds = _eq1_backward(r, p * (dp - delta), s, tile)
         return dq + lax.dot_general(ds.astype(k.dtype), k, (((1,), (0,)), ((), ())),
                                     preferred_element_type=jnp.float32)
 
     def body(j, dq):
-        k0 = pl.multiple_of(j * st.block_k, st.block_k)
-        return _loop_step(st, r, functools.partial(step, k0), dq, slice(None), k0, st.block_k)
+        k0 = pl.multiple_of(j * bk, bk)
+        return _loop_step(st, r, functools.partial(step, k0), dq, slice(None), k0, bk)
 
-    lo, hi = _span(q0, bq, st.block_k, seq // st.block_k, st.half_window)
+    lo, hi = _span(q0, bq, bk, seq // bk, st.half_window)
     dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
     r["dq"][...] = dq.astype(r["dq"].dtype)
 
@@ -238,7 +234,7 @@ def _dkv_kernel(*refs, st: Static, names):
     k, v = r["k"][...], r["v"][...]
     bk, seq = k.shape[0], r["q"].shape[0]
     k0 = pl.program_id(2) * bk
-    seed = _drop_seed(st, r)
+    seed, bq = _drop_seed(st, r), st.dkv.inner
 
     def step(q0, rows, eq1, carry):
         dk, dv = carry
@@ -246,7 +242,7 @@ def _dkv_kernel(*refs, st: Static, names):
         lse, delta = r["lse"][rows, :], r["delta"][rows, :]
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
         p = jnp.where(mask, jnp.exp(shaken - lse), 0.0)
-        z = _drop_scale(st, seed, q0, k0, st.block_q, bk, seq)
+        z = _drop_scale(st, seed, q0, k0, bq, bk, seq)
         dv = dv + lax.dot_general(_dropped(p, z).astype(do.dtype), do, TN,
                                   preferred_element_type=jnp.float32)
         dp = _dropped(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32), z)
@@ -255,11 +251,11 @@ def _dkv_kernel(*refs, st: Static, names):
         return dk, dv
 
     def body(i, carry):
-        q0 = pl.multiple_of(i * st.block_q, st.block_q)
-        rows = pl.ds(q0, st.block_q)
+        q0 = pl.multiple_of(i * bq, bq)
+        rows = pl.ds(q0, bq)
         return _loop_step(st, r, functools.partial(step, q0, rows), carry, rows, k0, bk)
 
-    lo, hi = _span(k0, bk, st.block_q, seq // st.block_q, st.half_window)
+    lo, hi = _span(k0, bk, bq, seq // bq, st.half_window)
     dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
     r["dk"][...] = dk.astype(r["dk"].dtype)
     r["dv"][...] = dv.astype(r["dv"].dtype)
@@ -267,51 +263,36 @@ def _dkv_kernel(*refs, st: Static, names):
 
 # ---- pallas_call plumbing ---------------------------------------------------------------
 
-QUERY_SIDE = ("q", "do", "lse", "delta", "q_seg", "key_start", "key_end", "weight", "o", "dq")
-
-
-def _spec(name: str, shape, over_q: bool, block: int) -> pl.BlockSpec:
-    """The block of `name` a grid step (b, h, i) sees; i walks query blocks
-    (over_q) or key blocks. The side the grid walks is blocked, the other whole."""
-    if name in ("bf", "drop"):
-        return pl.BlockSpec(shape, lambda b, h, i: (0, 0))
-    seq = shape[-2] if len(shape) == 4 or name in QUERY_SIDE else shape[-1]
-    if name == "shake":                      # [b, q, k]
-        if over_q:
-            return pl.BlockSpec((None, block, seq), lambda b, h, i: (b, i, 0))
-        return pl.BlockSpec((None, seq, block), lambda b, h, i: (b, 0, i))
-    blocked = (name in QUERY_SIDE) == over_q
-    size = block if blocked else seq
-    if len(shape) == 4:                      # [b, h, s, x]
-        return pl.BlockSpec((None, None, size, shape[-1]),
-                            (lambda b, h, i: (b, h, i, 0)) if blocked else (lambda b, h, i: (b, h, 0, 0)))
-    if name in QUERY_SIDE:                   # [b, s, 1]
-        return pl.BlockSpec((None, size, 1),
-                            (lambda b, h, i: (b, i, 0)) if blocked else (lambda b, h, i: (b, 0, 0)))
-    return pl.BlockSpec((None, 1, size),     # [b, 1, s]
-                        (lambda b, h, i: (b, 0, i)) if blocked else (lambda b, h, i: (b, 0, 0)))
-
-
-def _call(kernel, st: Static, over_q: bool, inputs: dict, outputs: dict, name: str):
-    b, h, seq, _ = inputs["q"].shape
-    block = st.block_q if over_q else st.block_k
+def _call(kernel, st: Static, tiles: Tiles, over_q: bool, inputs: dict, outputs: dict,
+          name: str):
+    b, seq, h = _sizes(st, inputs["q"])
     names = tuple(inputs) + tuple(outputs)
+    spec = functools.partial(block_spec, over_q=over_q, block=tiles.outer,
+                             heads_major=st.heads_major)
     return pl.pallas_call(
         functools.partial(kernel, st=st, names=names),
-        grid=(b, h, seq // block),
-        in_specs=[_spec(n, a.shape, over_q, block) for n, a in inputs.items()],
-        out_specs=[_spec(n, a.shape, over_q, block) for n, a in outputs.items()],
+        grid=(b, h, seq // tiles.outer),
+        in_specs=[spec(n, a.shape) for n, a in inputs.items()],
+        out_specs=[spec(n, a.shape) for n, a in outputs.items()],
         out_shape=list(outputs.values()),
         interpret=st.interpret, name=name,
-        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2) if st.triton else None,
+        compiler_params=pltriton.CompilerParams(num_warps=tiles.num_warps,
+                                                num_stages=tiles.num_stages)
+        if st.triton else None,
     )(*inputs.values())
 
 
+def _sizes(st: Static, q) -> tuple[int, int, int]:
+    """(batch, seq, heads) of a [b, s, h, d] or, heads-major, [b, h, s, d] array."""
+    b, x, y, _ = q.shape
+    return (b, y, x) if st.heads_major else (b, x, y)
+
+
 def _forward(st: Static, q, k, v, aux: dict):
-    b, h, seq, d = q.shape
+    # the log-sum-exp as q's layout with one feature: [b, s, h, 1] or [b, h, s, 1]
     outputs = {"o": jax.ShapeDtypeStruct(q.shape, q.dtype),
-               "lse": jax.ShapeDtypeStruct((b, h, seq, 1), jnp.float32)}
-    return _call(_forward_kernel, st, True, {"q": q, "k": k, "v": v, **aux}, outputs,
+               "lse": jax.ShapeDtypeStruct(q.shape[:3] + (1,), jnp.float32)}
+    return _call(_forward_kernel, st, st.forward, True, {"q": q, "k": k, "v": v, **aux}, outputs,
                  "shake_flash_forward")
 
 
@@ -329,9 +310,9 @@ def _attention_bwd(st, residuals, do):
     q, k, v, aux, o, lse = residuals
     delta = jnp.sum(o.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
     common = {"q": q, "k": k, "v": v, "do": do.astype(q.dtype), "lse": lse, "delta": delta, **aux}
-    (dq,) = _call(_dq_kernel, st, True, common,
+    (dq,) = _call(_dq_kernel, st, st.dq, True, common,
                   {"dq": jax.ShapeDtypeStruct(q.shape, q.dtype)}, "shake_flash_dq")
-    dk, dv = _call(_dkv_kernel, st, False, common,
+    dk, dv = _call(_dkv_kernel, st, st.dkv, False, common,
                    {"dk": jax.ShapeDtypeStruct(k.shape, k.dtype),
                     "dv": jax.ShapeDtypeStruct(v.shape, v.dtype)}, "shake_flash_dkv")
     no_grad = jax.tree.map(_zero_cotangent, aux)   # masks, B and bf: no gradient
@@ -351,7 +332,7 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
                     shake=None, bf=None, dropout_rate: float = 0.0, dropout_words=None,
                     dropout_broadcast: bool = False, index_base=None,
                     block_q: int | None = None, block_k: int | None = None,
-                    interpret: bool = False, backend: str | None = None):
+                    tiles: tuple[Tiles, Tiles, Tiles] | None = None, interpret: bool = False, backend: str | None = None):
     """Attention of q, k, v [b, s, heads, d] (q already scaled by 1/sqrt(d)) → [b, s, heads, d].
 
     key_valid [b, s]: padding mask (non-zero attends); segment_ids [b, s]:
@@ -366,17 +347,20 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     shard_map shard's offsets; default 0, 0, heads); `dropout_broadcast`:
     one mask for every example and head.
     `backend` ("gpu", "tpu"): the platform to lower for (default: jax's).
+    `block_q`/`block_k`: every kernel's blocks; `tiles`: each kernel's own
+    (benchmarks/flash_tiles.py); default `kernel_tiles`.
     """
     b, seq, heads = q.shape[:3]
     layout = "none" if shake is None else ("pairs" if isinstance(shake, dict) else "dense")
-    st = Static(block_q or pick_block(seq), block_k or pick_block(seq),
-                None if local_window is None else int(local_window) // 2,
+    target = backend or platform()
+    triton = not interpret and target == "gpu"
+    forward, dq, dkv = tiles or kernel_tiles(seq, triton, block_q, block_k)
+    st = Static(forward, dq, dkv, None if local_window is None else int(local_window) // 2,
                 segment_ids is not None, layout, float(dropout_rate), bool(dropout_broadcast),
-                bool(interpret),
-                not interpret and (backend or platform()) == "gpu")
-    if seq % st.block_q or seq % st.block_k:
-        raise ValueError(f"sequence length {seq} is not a multiple of the blocks "
-                         f"({st.block_q}, {st.block_k})")
+                bool(interpret), triton, target == "tpu")
+    if any(seq % t.outer or seq % t.inner for t in (forward, dq, dkv)):
+        raise ValueError(f"sequence length {seq} is not a multiple of the kernels' blocks "
+                         f"{[(t.outer, t.inner) for t in (forward, dq, dkv)]}")
     aux = {"key_valid": (key_valid > 0).astype(jnp.int32).reshape(b, 1, seq)}
     if segment_ids is not None:
         seg = segment_ids.astype(jnp.int32)
@@ -396,5 +380,7 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
         # [1, 8]: k0, k1, first example, first head, heads in all (padded: Triton, Mosaic)
         aux["drop"] = jnp.concatenate([jnp.asarray(dropout_words, jnp.int32).reshape(2),
                                        base.reshape(3), jnp.zeros(3, jnp.int32)]).reshape(1, 8)
+    if not st.heads_major:      # GPU, interpret: blocks read [b, s, h, d] in place
+        return _attention(st, q, k, v, aux)
     to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [b, s, h, d] ↔ [b, h, s, d]
     return to_heads(_attention(st, to_heads(q), to_heads(k), to_heads(v), aux))

@@ -1,0 +1,91 @@
+"""How the flash kernels of kjax/model/flash_shake.py tile the sequence.
+
+Each of the three kernels (forward, dq, dk/dv) has its own tiling: the block
+its grid walks (`outer`), the block its loop walks (`inner`) and, on GPU,
+Triton's warps per program and software-pipeline stages.
+
+TPU (Mosaic) and interpret mode use one block on both sides, the largest power
+of two ≤ 128 that divides the sequence, in every kernel.
+
+On GPU the tiles are chosen so that no kernel spills registers: the
+registers and spills ptxas reports for each kernel compiled for an H100
+(sm_90a, deviceless: benchmarks/flash_tiles.py) decide, and `make gpu-check`
+fails a step whose Pallas kernel spills. 128 × 128 tiles with 4 warps, the
+tiling before, spilled in both backward kernels (dq 212 bytes, dk/dv 568;
+with attention dropout 592 and 1,492, and the forward 392): every spilled
+register is a round trip through local memory inside the inner loop.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """One kernel's tiling: `outer`, the block its grid walks (queries for the
+    forward and dq, keys for dk/dv); `inner`, the block its loop walks; and
+    Triton's warps per program and software-pipeline stages (GPU only)."""
+    outer: int
+    inner: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# (forward, dq, dk/dv) for Triton: see the module's docstring and docs/GPU.md §8.
+TRITON_TILES = (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2))
+
+
+def pick_block(seq: int, preferred: int = 128) -> int:
+    """The largest power of two ≤ `preferred` that divides seq (≥ 8), else seq."""
+    block = preferred
+    while block >= 8:
+        if seq % block == 0:
+            return block
+        block //= 2
+    return seq
+
+
+def kernel_tiles(seq: int, triton: bool, block_q: int | None = None,
+                 block_k: int | None = None) -> tuple[Tiles, Tiles, Tiles]:
+    """(forward, dq, dk/dv) tiles. Blocks given: every kernel uses them (tests do).
+    TPU and interpret mode: one block for both sides in every kernel. Triton:
+    TRITON_TILES, each block shrunk to divide seq."""
+    if block_q or block_k or not triton:
+        bq, bk = block_q or pick_block(seq), block_k or pick_block(seq)
+        return Tiles(bq, bk), Tiles(bq, bk), Tiles(bk, bq)
+    return tuple(Tiles(pick_block(seq, t.outer), pick_block(seq, t.inner), t.num_warps,
+                       t.num_stages) for t in TRITON_TILES)
+
+
+# ---- which block of each operand a grid step (batch, head, i) sees ------------------------
+
+QUERY_SIDE = ("q", "do", "lse", "delta", "q_seg", "key_start", "key_end", "weight", "o", "dq")
+
+
+def block_spec(name: str, shape, over_q: bool, block: int, heads_major: bool):
+    """The block of operand `name` a grid step (b, h, i) sees; i walks query blocks
+    (over_q) or key blocks. The side the grid walks is blocked, the other whole.
+    Per-head arrays (q, k, v, o, lse, their gradients) are [b, s, h, x], or
+    [b, h, s, x] when `heads_major` (TPU: a block's last two dimensions must be
+    (8, 128)-divisible or whole, and a head squeezed out of [.., h, x] is neither)."""
+    from jax.experimental import pallas as pl
+    if name in ("bf", "drop"):
+        return pl.BlockSpec(shape, lambda b, h, i: (0, 0))
+    blocked = (name in QUERY_SIDE) == over_q
+    if len(shape) == 4:
+        seq = shape[2] if heads_major else shape[1]
+        size = block if blocked else seq
+        if heads_major:
+            return pl.BlockSpec((None, None, size, shape[-1]),
+                                lambda b, h, i: (b, h, i if blocked else 0, 0))
+        return pl.BlockSpec((None, size, None, shape[-1]),
+                            lambda b, h, i: (b, i if blocked else 0, h, 0))
+    if name == "shake":                      # [b, q, k]
+        if over_q:
+            return pl.BlockSpec((None, block, shape[-1]), lambda b, h, i: (b, i, 0))
+        return pl.BlockSpec((None, shape[-2], block), lambda b, h, i: (b, 0, i))
+    if name in QUERY_SIDE:                   # [b, s, 1]
+        size = block if blocked else shape[-2]
+        return pl.BlockSpec((None, size, 1), lambda b, h, i: (b, i if blocked else 0, 0))
+    size = block if blocked else shape[-1]   # [b, 1, s]
+    return pl.BlockSpec((None, 1, size), lambda b, h, i: (b, 0, i if blocked else 0))
