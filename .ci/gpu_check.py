@@ -110,6 +110,16 @@ def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
                                    verdict, time.strftime("%Y-%m-%d"))}
 
 
+def checks_cell(v: dict) -> str:
+    """The table's checks column: HLO scatters; ptxas on the Pallas kernels, if any."""
+    cell = "clean" if not v["hlo_findings"] else f"**{len(v['hlo_findings'])} scatter(s)**"
+    if v.get("kernels"):
+        bad = len(v["ptx_findings"])
+        cell += f"; {len(v['kernels'])} Pallas kernels, " + (
+            f"**{bad} spill/wgmma finding(s)**" if bad else "no spills (ptxas)")
+    return cell
+
+
 def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     """The table row and the check's failures for one case."""
     v, failures = report["verdict"], [report["failure"]] if report["failure"] else []
@@ -121,11 +131,7 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
     failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
-    checks = "clean" if not v["hlo_findings"] else f"**{len(v['hlo_findings'])} scatter(s)**"
-    if v.get("kernels"):
-        spilled = len(v["ptx_findings"])
-        checks += f"; {len(v['kernels'])} Pallas kernels, " + (
-            f"**{spilled} spill(s)**" if spilled else "no spills (ptxas)")
+    checks = checks_cell(v)
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
             f"{memory / GIB:.0f} | {checks}{status} | "

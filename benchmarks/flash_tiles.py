@@ -37,14 +37,15 @@ CANDIDATES = ["128,128,4,2", "128,128,8,2", "128,64,4,2", "128,64,8,2", "128,32,
 CASES = ("plain", "dropout", "shaken")
 
 
-def compile_layer(devices, tiles, case: str, seq: int, tokens: int, dump: str) -> None:
+def compile_layer(devices, tiles, case: str, seq: int, tokens: int, dump: str,
+                  head_dim: int = 64) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import SingleDeviceSharding
 
     from kjax.model.flash_shake import flash_attention
-    b, h, d = max(1, tokens // seq), 12, 64
+    b, h, d = max(1, tokens // seq), 12, head_dim
     pos = np.arange(seq)
     shaken = case == "shaken"
     aux = {"segment_ids": jnp.asarray(np.broadcast_to(pos // (seq // 4), (b, seq)))
@@ -77,6 +78,7 @@ def main():
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=4096, help="batch × seq (default: %(default)s)")
+    ap.add_argument("--head-dim", type=int, default=64, help="BERT's 64 (default) or 128, ...")
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
     from jax.experimental import topologies
@@ -90,8 +92,8 @@ def main():
     with open(TARGET, encoding="utf-8") as f:
         devices = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
                                                target_config=f.read()).devices
-    defaults = kernel_tiles(args.seq, triton=True)
-    print(f"seq {args.seq}, batch × seq {args.tokens}, 12 heads × 64, bf16, sm_90a; "
+    defaults = kernel_tiles(args.seq, triton=True, head_dim=args.head_dim)
+    print(f"seq {args.seq}, batch × seq {args.tokens}, 12 heads × {args.head_dim}, bf16, sm_90a; "
           f"defaults (forward, dq, dk/dv): "
           + ", ".join(f"{t.outer}×{t.inner} w{t.num_warps} s{t.num_stages}" for t in defaults)
           + "\n")
@@ -106,7 +108,8 @@ def main():
             tiles = tuple(tile if i == slot else t for i, t in enumerate(defaults))
             for case in args.cases:
                 with tempfile.TemporaryDirectory() as dump:
-                    compile_layer(devices, tiles, case, args.seq, args.tokens, dump)
+                    compile_layer(devices, tiles, case, args.seq, args.tokens, dump,
+                                  args.head_dim)
                     info = dumped_kernels(dump, ptxas, prefix=KERNELS[kernel])[KERNELS[kernel]]
                 print(f"| {kernel} | {tile.outer} × {tile.inner} | {tile.num_warps} | "
                       f"{tile.num_stages} | {case} | {info['registers']} | "

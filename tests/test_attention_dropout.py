@@ -14,7 +14,7 @@ from kjax.model import dropout_hash
 from kjax.model.attention import explicit_attention
 from kjax.model.attention_core import choose_impl, fused_attention
 from kjax.model.flash_shake import flash_attention
-from kjax.model.flash_tiles import Tiles, kernel_tiles
+from kjax.model.flash_tiles import TRITON_TILES, Tiles, kernel_tiles
 from test_attention_kernels import BLOCK, case_inputs
 
 RATE = 0.1
@@ -77,6 +77,10 @@ def test_kernel_tiles_fit_the_sequence_and_name_a_bad_block():
     block for every kernel; a block that does not divide seq is refused by name."""
     fwd, dq, dkv = kernel_tiles(96, triton=True)
     assert all(96 % t.outer == 0 and 96 % t.inner == 0 for t in (fwd, dq, dkv))
+    # heads of 128 get smaller backward tiles (ptxas: no spills); larger heads the same
+    assert kernel_tiles(512, True, head_dim=128) == TRITON_TILES[128] != TRITON_TILES[64]
+    assert kernel_tiles(512, True, head_dim=256) == TRITON_TILES[128]
+    assert kernel_tiles(512, True, head_dim=32) == kernel_tiles(512, True) == TRITON_TILES[64]
     assert kernel_tiles(512, triton=False) == (Tiles(128, 128),) * 3
     assert kernel_tiles(512, triton=True, block_q=32, block_k=64) == (
         Tiles(32, 64), Tiles(32, 64), Tiles(64, 32))

@@ -133,8 +133,8 @@ def _drop_scale(st: Static, seed, q0, k0, bq, bk, seq):
     the explicit path's dropout_hash.keep_mask, recomputed wherever needed."""
     if seed is None:
         return None
-    rows = q0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 0)
-    cols = k0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 1)
+    rows = q0 + lax.broadcasted_iota(jnp.int32, (bq, 1), 0)   # index terms per row / column
+    cols = k0 + lax.broadcasted_iota(jnp.int32, (1, bk), 1)
     return jnp.where(dropout_hash.keep(seed, rows, cols, seq, st.dropout),
                      np.float32(1.0 / (1.0 - st.dropout)), np.float32(0.0))
 
@@ -354,7 +354,7 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     layout = "none" if shake is None else ("pairs" if isinstance(shake, dict) else "dense")
     target = backend or platform()
     triton = not interpret and target == "gpu"
-    forward, dq, dkv = tiles or kernel_tiles(seq, triton, block_q, block_k)
+    forward, dq, dkv = tiles or kernel_tiles(seq, triton, block_q, block_k, q.shape[-1])
     st = Static(forward, dq, dkv, None if local_window is None else int(local_window) // 2,
                 segment_ids is not None, layout, float(dropout_rate), bool(dropout_broadcast),
                 bool(interpret), triton, target == "tpu")

@@ -13,7 +13,12 @@ registers and spills ptxas reports for each kernel compiled for an H100
 fails a step whose Pallas kernel spills. 128 × 128 tiles with 4 warps, the
 tiling before, spilled in both backward kernels (dq 212 bytes, dk/dv 568;
 with attention dropout 592 and 1,492, and the forward 392): every spilled
-register is a round trip through local memory inside the inner loop.
+register is a round trip through local memory inside the inner loop. The
+rule: no spill and no serialized wgmma with padding, with attention dropout,
+and with dropout + pairs B + segments + a local window; then the largest
+tile. Heads of 128 (twice the accumulators) need smaller backward tiles;
+larger heads take the 128 entry and may spill (benchmarks/flash_tiles.py
+--head-dim says).
 """
 from __future__ import annotations
 
@@ -31,8 +36,10 @@ class Tiles:
     num_stages: int = 2
 
 
-# (forward, dq, dk/dv) for Triton: see the module's docstring and docs/GPU.md §8.
-TRITON_TILES = (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2))
+# (forward, dq, dk/dv) for Triton by the largest head size they serve: see the
+# module's docstring and docs/GPU.md §8.
+TRITON_TILES = {64: (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2)),
+                128: (Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 128, 8, 2))}
 
 
 def pick_block(seq: int, preferred: int = 128) -> int:
@@ -46,15 +53,18 @@ def pick_block(seq: int, preferred: int = 128) -> int:
 
 
 def kernel_tiles(seq: int, triton: bool, block_q: int | None = None,
-                 block_k: int | None = None) -> tuple[Tiles, Tiles, Tiles]:
+                 block_k: int | None = None, head_dim: int = 64) -> tuple[Tiles, Tiles, Tiles]:
     """(forward, dq, dk/dv) tiles. Blocks given: every kernel uses them (tests do).
     TPU and interpret mode: one block for both sides in every kernel. Triton:
-    TRITON_TILES, each block shrunk to divide seq."""
+    TRITON_TILES for the head size (the first entry ≥ it, else the last), each
+    block shrunk to divide seq."""
     if block_q or block_k or not triton:
         bq, bk = block_q or pick_block(seq), block_k or pick_block(seq)
         return Tiles(bq, bk), Tiles(bq, bk), Tiles(bk, bq)
+    fits = [d for d in sorted(TRITON_TILES) if d >= head_dim]
+    tiles = TRITON_TILES[fits[0] if fits else max(TRITON_TILES)]
     return tuple(Tiles(pick_block(seq, t.outer), pick_block(seq, t.inner), t.num_warps,
-                       t.num_stages) for t in TRITON_TILES)
+                       t.num_stages) for t in tiles)
 
 
 # ---- which block of each operand a grid step (batch, head, i) sees ------------------------
