@@ -386,3 +386,31 @@ def test_cloud_tpu_vms_always_initialize_unless_opted_out(monkeypatch):
     with pytest.raises(KjaxError, match=r"initialize\(\) failed \(Failed to connect to "
                                         r"coordinator\); set KJAX_DISTRIBUTED=0"):
         mesh.maybe_initialize_distributed()
+
+
+def test_checkpoint_barriers_go_through_the_coordinator_not_collectives(monkeypatch):
+    """Multi-process runs switch orbax's barriers to the coordination service
+    (kjax.parallel.mesh): a barrier then calls the coordinator's barrier
+    function and never `sync_global_devices`, a device all-reduce that can
+    interleave with the step's collectives (the final-save hang of 2026-11-27)."""
+    from absl import flags
+    from jax.experimental import multihost_utils
+    from orbax.checkpoint._src.multihost import multihost
+
+    from kjax.parallel.mesh import checkpoint_barriers_through_coordinator
+    flag = flags.FLAGS[multihost.EXPERIMENTAL_ORBAX_USE_DISTRIBUTED_BARRIER.name]
+    monkeypatch.setattr(flag, "value", flag.value)   # restored after the test
+    calls = []
+    monkeypatch.setattr(multihost, "should_skip_process_sync", lambda processes=None: False)
+    monkeypatch.setattr(multihost, "get_barrier_sync_fn",
+                        lambda processes=None: lambda key, timeout_ms: calls.append(key))
+
+    def collective(name):
+        raise AssertionError(f"sync_global_devices({name!r}) used for a checkpoint barrier")
+
+    monkeypatch.setattr(multihost_utils, "sync_global_devices", collective)
+    with pytest.raises(AssertionError, match="sync_global_devices"):   # orbax's default
+        multihost.sync_global_processes("kjax-test-before")
+    checkpoint_barriers_through_coordinator()
+    multihost.sync_global_processes("kjax-test-after")
+    assert calls == ["kjax-test-after"]

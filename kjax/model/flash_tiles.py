@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from jax.experimental import pallas as pl
+
 
 @dataclasses.dataclass(frozen=True)
 class Tiles:
@@ -78,7 +80,6 @@ def block_spec(name: str, shape, over_q: bool, block: int, heads_major: bool):
     Per-head arrays (q, k, v, o, lse, their gradients) are [b, s, h, x], or
     [b, h, s, x] when `heads_major` (TPU: a block's last two dimensions must be
     (8, 128)-divisible or whole, and a head squeezed out of [.., h, x] is neither)."""
-    from jax.experimental import pallas as pl
     if name in ("bf", "drop"):
         return pl.BlockSpec(shape, lambda b, h, i: (0, 0))
     blocked = (name in QUERY_SIDE) == over_q

@@ -112,6 +112,24 @@ def maybe_initialize_distributed() -> None:
         raise KjaxError(f"jax.distributed.initialize() failed ({first}); set "
                         f"{DISTRIBUTED_ENV}=0 to run this host as a single process") from None
     watchdog.start(timeout)
+    if jax.process_count() > 1:
+        checkpoint_barriers_through_coordinator()
+
+
+def checkpoint_barriers_through_coordinator() -> None:
+    """orbax's checkpoint barriers through the coordination service's barrier,
+    not device collectives. By default orbax syncs processes with
+    `sync_global_devices` (a psum over every device: on CPU a gloo all-reduce,
+    on GPU NCCL), which it documents as unsafe beside other collectives from
+    another thread; a two-process CPU run of 2026-11-27 hung in its final save,
+    both processes alive and waiting. The coordinator's barrier (orbax's
+    `experimental_orbax_use_distributed_barrier`, an absl flag) shares no
+    communicator with the step's collectives and has orbax's timeouts."""
+    from absl import flags
+    from orbax.checkpoint._src.multihost import multihost   # defines the flag
+    if not flags.FLAGS.is_parsed():   # kjax parses no absl flags; orbax reads their values
+        flags.FLAGS.mark_as_parsed()
+    flags.FLAGS[multihost.EXPERIMENTAL_ORBAX_USE_DISTRIBUTED_BARRIER.name].value = True
 
 
 def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
