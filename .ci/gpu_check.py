@@ -63,6 +63,10 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
 
     from kjax.pretrain import ptx_checks
     from kjax.pretrain.hlo_checks import scatter_findings
+    ptxas = ptx_checks.find_ptxas() if pallas else None
+    if pallas and ptxas is None:
+        return {"compiled": False, "seconds": 0.0,
+                "error": "no ptxas to check the Pallas kernels (jax's CUDA wheels)"}
     start, cpu = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as dump:
         try:
@@ -71,13 +75,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
             return {"compiled": False, "error": " ".join(str(e).split())[:240],
                     "seconds": round(time.perf_counter() - start, 1)}
         seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
-        kernels = {}
-        if pallas:
-            ptxas = ptx_checks.find_ptxas()
-            if ptxas is None:
-                return {"compiled": False, "seconds": round(seconds, 1),
-                        "error": "no ptxas to check the Pallas kernels (jax's CUDA wheels)"}
-            kernels = ptx_checks.dumped_kernels(dump, ptxas, prefix=PALLAS_KERNELS)
+        kernels = ptx_checks.dumped_kernels(dump, ptxas, prefix=PALLAS_KERNELS) if pallas else {}
     m = compiled.memory_analysis()
     peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
             + m.temp_size_in_bytes)

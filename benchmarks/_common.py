@@ -70,6 +70,18 @@ def record(name: str, table: str, notes: str = "", no_record: bool = False) -> N
                 f"{table}\n" + (f"\n{notes}\n" if notes else ""))
 
 
+H100_TARGET = os.path.join(ROOT, ".ci", "h100_sxm.txtpb")   # XLA's H100 SXM, as make gpu-check
+
+
+def h100_devices():
+    """The device of an H100 described to this CPU host (jax's CUDA plugin,
+    no GPU: docs/GPU.md §6): programs compile for it, nothing runs."""
+    from jax.experimental import topologies
+    with open(H100_TARGET, encoding="utf-8") as f:
+        return topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                            target_config=f.read()).devices
+
+
 def lower_train_step(config):
     """The kjax train step for `config` on this host's devices, traced and
     lowered against abstract state and batch (nothing allocated, nothing

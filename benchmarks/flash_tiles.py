@@ -30,7 +30,6 @@ import time
 
 import _common
 
-TARGET = os.path.join(_common.ROOT, ".ci", "h100_sxm.txtpb")
 KERNELS = {"forward": "shake_flash_forward", "dq": "shake_flash_dq", "dkv": "shake_flash_dkv"}
 CANDIDATES = ["128,128,4,2", "128,128,8,2", "128,64,4,2", "128,64,8,2", "128,32,4,2",
               "64,128,8,2", "64,64,4,2", "64,64,8,2", "64,32,4,2", "32,32,4,2"]
@@ -81,17 +80,13 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64, help="BERT's 64 (default) or 128, ...")
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
-    from jax.experimental import topologies
-
     from kjax.model.flash_tiles import Tiles, kernel_tiles
     from kjax.pretrain.ptx_checks import dumped_kernels, find_ptxas
     ptxas = find_ptxas()
     if ptxas is None:
         raise SystemExit("flash_tiles: no ptxas (jax's CUDA wheels): run it with "
                          "build/gpu-venv/bin/python (`make gpu-check` builds it)")
-    with open(TARGET, encoding="utf-8") as f:
-        devices = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                               target_config=f.read()).devices
+    devices = _common.h100_devices()
     defaults = kernel_tiles(args.seq, triton=True, head_dim=args.head_dim)
     print(f"seq {args.seq}, batch × seq {args.tokens}, 12 heads × {args.head_dim}, bf16, sm_90a; "
           f"defaults (forward, dq, dk/dv): "

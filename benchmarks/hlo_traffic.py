@@ -27,17 +27,10 @@ import time
 
 import _common
 
-TARGET = os.path.join(_common.ROOT, ".ci", "h100_sxm.txtpb")
-
 
 def devices(target: str):
     import jax
-    if target == "cpu":
-        return jax.devices("cpu")[:1]
-    from jax.experimental import topologies
-    with open(TARGET, encoding="utf-8") as f:
-        return topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                            target_config=f.read()).devices
+    return jax.devices("cpu")[:1] if target == "cpu" else _common.h100_devices()
 
 
 def measure(config, devs, hlo_path: str | None) -> dict:

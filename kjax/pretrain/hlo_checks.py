@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from kjax.model.lookup import SMALL_TABLE_ROWS   # below it the model uses one-hot products
 
 NARROW_FLOATS = ("bf16", "f16")
@@ -31,7 +33,8 @@ NARROW_FLOATS = ("bf16", "f16")
 # `%name = SHAPE scatter(` with SHAPE an array (bf16[2,768]{1,0}) or, for a
 # variadic scatter, a tuple of arrays; `ROOT` and `%` are optional in XLA's text.
 _SCATTER = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+scatter\(")
-_ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+# DTYPE[DIMS] in a shape: bf16[2,768], pred[8], f8e4m3fn[4,4], s32[]
+_ARRAY = re.compile(r"\b([a-z]\w*?)\[([\d,]*)\]")
 _ROW_INDEXED = re.compile(r"scatter_dims_to_operand_dims=\{0\}")
 # XLA's op name without the jit and autodiff wrappers: "jit(train_step)/
 # transpose(jvp(BertForPreTraining))/BertForPreTraining.encode/embeddings/..."
@@ -47,8 +50,7 @@ def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[
         if not m or m.group(1) in seen:
             continue
         seen.add(m.group(1))
-        arrays = [(dtype, [int(d) for d in dims.split(",") if d])
-                  for dtype, dims in _ARRAY.findall(m.group(2))]
+        arrays = _arrays(m.group(2))
         reasons = []
         # (a) rows of a table, indexed by its first dimension alone: a
         # take_along_axis gradient (indices on several dimensions, e.g. the
@@ -72,19 +74,22 @@ def scatter_findings(hlo_text: str, small_rows: int = SMALL_TABLE_ROWS) -> list[
     return out
 
 
+def _arrays(shape: str) -> list[tuple[str, list[int]]]:
+    """[(dtype, dims)] of an array shape or a tuple of them."""
+    return [(dtype, [int(d) for d in dims.split(",") if d])
+            for dtype, dims in _ARRAY.findall(shape)]
+
+
 # `%name = SHAPE op(operands), attributes` in the entry computation
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+([\w\-]+)\((.*?)\)")
-_ANY_ARRAY = re.compile(r"\b([a-z]\w*?)\[([\d,]*)\]")
 
 
 def _nbytes(shape: str) -> int:
     total = 0
-    for dtype, dims in _ANY_ARRAY.findall(shape):
-        bits = 8 if dtype == "pred" else int(re.search(r"\d+", dtype).group())
-        count = 1
-        for d in dims.split(","):
-            count *= int(d) if d else 1
-        total += count * bits // 8
+    for dtype, dims in _arrays(shape):
+        width = re.search(r"\d+", dtype)     # pred: a byte; token[]: no data
+        bits = 8 if dtype == "pred" else int(width.group()) if width else 0
+        total += int(np.prod(dims, dtype=np.int64)) * bits // 8
     return total
 
 

@@ -44,19 +44,20 @@ def parse_ptxas(report: str) -> dict[str, dict]:
     """{kernel: {registers, spill_stores, spill_loads, wgmma_serialized}} from
     `ptxas -v`'s report (its stderr)."""
     kernels: dict[str, dict] = {}
+
+    def kernel(name: str) -> dict:
+        return kernels.setdefault(name, {"registers": 0, "spill_stores": 0, "spill_loads": 0,
+                                         "wgmma_serialized": False})
     current = None
     for line in report.splitlines():
         if m := _COMPILING.search(line):
-            current = kernels.setdefault(m.group(1), {"registers": 0, "spill_stores": 0,
-                                                      "spill_loads": 0,
-                                                      "wgmma_serialized": False})
+            current = kernel(m.group(1))
         elif current is not None and (m := _SPILLS.search(line)):
             current["spill_stores"], current["spill_loads"] = int(m.group(1)), int(m.group(2))
         elif current is not None and (m := _REGISTERS.search(line)):
             current["registers"] = int(m.group(1))
     for name in _SERIALIZED.findall(report):
-        kernels.setdefault(name, {"registers": 0, "spill_stores": 0, "spill_loads": 0,
-                                  "wgmma_serialized": False})["wgmma_serialized"] = True
+        kernel(name)["wgmma_serialized"] = True
     return kernels
 
 
