@@ -121,8 +121,8 @@ def checkpoint_barriers_through_coordinator() -> None:
     not device collectives. By default orbax syncs processes with
     `sync_global_devices` (a psum over every device: on CPU a gloo all-reduce,
     on GPU NCCL), which it documents as unsafe beside other collectives from
-    another thread; a two-process CPU run of 2026-11-27 hung in its final save,
-    both processes alive and waiting. The coordinator's barrier (orbax's
+    another thread: a final save can hang with every process alive and
+    waiting (docs/RECOVERY.md). The coordinator's barrier (orbax's
     `experimental_orbax_use_distributed_barrier`, an absl flag) shares no
     communicator with the step's collectives and has orbax's timeouts."""
     from absl import flags

@@ -113,13 +113,11 @@ def init_state(config, mesh, model, tx):
 
 def op_by_op_init(mesh) -> bool:
     """Initialise op by op (each jax.random call compiled once per shape, the
-    values those of the jitted init) on one GPU process. Jitted, the init of
-    modern_base's 22 unrolled layers is one program of ~15 MB of HLO (every
-    parameter's key derivation and truncated normal fused into giant kernels):
-    60 s to compile on an H200 before the first step, against 14.7 s op by op
-    (docs/PERFORMANCE.md, issue 33 item 4). Elsewhere the jitted init stays:
-    on TPU pods and several processes it is what creates each shard where it
-    lives."""
+    values those of the jitted init) on one GPU process: jitted, the init of a
+    deep unrolled encoder is one giant program whose compile delays the first
+    step (docs/PERFORMANCE.md, "What decides speed: unrolled layers and the
+    dropout generator"). Elsewhere the jitted init stays: on TPU pods and
+    several processes it is what creates each shard where it lives."""
     return jax.process_count() == 1 and platform() == "gpu"
 
 
