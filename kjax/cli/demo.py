@@ -41,8 +41,8 @@ def run(args, config) -> int:
 
 
 # The sentencepiece demo (tpu_configs/demo.py) is tuned for fill-mask: rows of
-# 32 tokens, token masking, MLM alone. The other demos keep the recipe they
-# were built and measured with: rows of 128 (morphemes need them), MLM + NSP
+# 32 tokens, token masking, MLM alone. The other demos keep BERT's recipe at
+# demo size: rows of 128 (morphemes need them), MLM + NSP
 # (UKnowBERT's five objectives), whole-eojeol masking, 300 steps, on the
 # KoNLPy and ChatterBot text (Kiwi analyses every sentence of their corpus).
 CLASSIC_DEMO = {"data.max_seq_len": 128, "data.max_predictions_per_seq": 20,

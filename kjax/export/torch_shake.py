@@ -20,10 +20,10 @@ through the interface (BERT, RoBERTa, ELECTRA, …) can then shake:
 the config's `kjax_shake_factor` (written by `kjax export`) is used. No
 `shake_matrix` (or bf = 0) means plain attention: the same function as
 "eager", but q is scaled before the product (as kjax does), not the logits
-after it, so float32 outputs differ from "eager" by rounding — at most
-~1e-6 in the last hidden state of 2-layer test models (2.4e-7 at hidden 32,
-9.5e-7 at hidden 128; measured 2026-11-24, CPU torch 2.13) — and are not
-bit-identical to it. Against kjax itself the logits agree bit for bit.
+after it, so float32 outputs differ from "eager" by rounding (about 1e-6 in
+the last hidden state of 2-layer test models; docs/EXPORT.md, "Shaking in
+PyTorch") and are not bit-identical to it. Against kjax itself the logits
+agree bit for bit.
 """
 from __future__ import annotations
 

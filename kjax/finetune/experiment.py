@@ -178,11 +178,11 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
 
 
 def weak_model_note(summary: dict, constant: str | None = None) -> str | None:
-    """A line saying so when no combination beat the no-model baseline on dev
-    (the README's demo NLI at 5e-5 scored exactly the majority class), or when
-    every run predicted one answer for all of dev (`constant`): at 5e-4 the
-    same demo "beat" the majority with 0.3533 by always saying the class that
-    leads dev but not train."""
+    """A line saying so when no combination beat the no-model baseline on dev,
+    or when every run predicted one answer for all of dev (`constant`): a
+    model that always says the class that leads dev but not train "beats"
+    the majority baseline without learning anything (docs/FINETUNE.md,
+    "Sanity table")."""
     metric, base = summary["metric"], summary["baseline"].get("dev", {}).get(summary["metric"])
     scores = [r["dev"][metric]["mean"] for r in summary["rows"]
               if r.get("dev", {}).get(metric, {}).get("mean") is not None]

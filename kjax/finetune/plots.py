@@ -2,7 +2,7 @@
 dev selection metric (one line per inference bf) on a second axis.
 
 The legend sits below the axes, outside them, so it covers no point however
-the curves fall (issue 16: it was drawn over the dev points); the run logs
+the curves fall (inside the axes it hid dev points); the run logs
 its training loss at every evaluation too, the last step included, so the
 train line spans the whole run (kjax/finetune/run.py). Text is drawn in the
 Hangul font of kjax/fonts.py (a run folder may have a Korean name).

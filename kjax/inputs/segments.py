@@ -95,7 +95,8 @@ class SegmentMode(InputMode):
     """Positions made of several tokens, summed by the model (a segment sum
     over the flat token stream). `units(example)` rewrites `morph_ids` to one
     id per position; the loader finds the positions on the *unmasked* example
-    first, then masks whole positions ("merge first, then mask", issue 15)."""
+    first, then masks whole positions ("merge first, then mask"), so a masked
+    substantive never shows its merged postposition."""
     embedding = "segment_sum"
     positions_are_tokens = False
     # A position has several target tokens: a multi-target MLM loss (METHODS §2.4).

@@ -45,9 +45,9 @@ def gelu(x):
     `gelu`; METHODS §4). Not `jax.nn.gelu(approximate=False)`, whose erfc
     form XLA expands into both of erfc's branches plus an exp and divides
     in f32, and whose autodiff keeps three [tokens, ffn] tensors for the
-    backward (GELU was the largest non-matmul kernel of the GPU step,
-    docs/PERFORMANCE.md). Here the forward computes Φ and φ once in f32 and
-    the backward keeps one tensor, the derivative Φ(x) + x·φ(x). Same
+    backward (docs/PERFORMANCE.md, "What decides speed: the GELU"). Here the
+    forward computes Φ and φ once in f32 and the backward keeps one tensor,
+    the derivative Φ(x) + x·φ(x). Same
     values to f32 rounding (tests/test_model.py)."""
     return _gelu_and_slope(x)[0]
 

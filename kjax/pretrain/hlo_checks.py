@@ -1,4 +1,4 @@
-"""Checks on a compiled step's optimized HLO text (`make gpu-check`, issue 33).
+"""Checks on a compiled step's optimized HLO text (`make gpu-check`).
 
 A scatter is how XLA writes the gradient of a gather. Two kinds cost a GPU
 step dearly (the H100 profile of bert_base, docs/GPU.md):

@@ -13,9 +13,9 @@ vocabulary token.
                 other format characters (Cf)              glyph of their neighbour)
     space       whitespace                               nothing
 
-Decisions (issue 15; the thesis's rule is "a morpheme with an unknown
-syllable → [UNK]", which on a corpus smaller than its 16 GB leaves unseen
-text full of [UNK]):
+Decisions (the thesis's rule is "a morpheme with an unknown syllable →
+[UNK]", which on a corpus smaller than its 16 GB leaves unseen text full of
+[UNK]; docs/EXPERIMENTS.md, "Method fidelity on held-out text"):
 - Jamo fallback. The 67 conjoining jamo (19 initial, 21 medial, 27 final)
   are always in the vocabulary, so any modern Hangul syllable or jamo the
   `@` inventory lacks is spelled by its jamo (Unicode NFKD), e.g. 뷁 →

@@ -10,15 +10,16 @@ on its own. `add_dummy_prefix` is off: the `▁` marks are ours.
 
     나는 학교에서  →  ▁나 | 는 | ▁학교 | 에서   (| = unit boundary)
 
-No bare "▁" tokens (issue 15, measured in docs/EXPERIMENTS.md): when the
-vocabulary has no "▁form" piece, sentencepiece spells "▁" + pieces of form,
-and that bare "▁" would take a model position (14.6 % of all positions on
-held-out Wikipedia text), become a key of every SHAKE pair of its noun and
-an MLM target of every masked word-initial morpheme, while saying only "a
-word starts here" — which the eojeol ids in every example say exactly. So
+No bare "▁" tokens (docs/EXPERIMENTS.md, "Should morph-sp emit bare "▁"
+tokens?"): when the vocabulary has no "▁form" piece, sentencepiece spells
+"▁" + pieces of form, and that bare "▁" would take a model position (14.6 %
+of all positions on held-out Wikipedia text), become a key of every SHAKE
+pair of its noun and an MLM target of every masked word-initial morpheme,
+while saying only "a word starts here" — which the eojeol ids in every
+example say exactly. So
 it is dropped: the word start shows where the vocabulary learned "▁form"
-(the frequent word-initial morphemes), and `bare_word_starts=True` restores
-the old encoding.
+(the frequent word-initial morphemes), and `bare_word_starts=True` keeps
+the bare "▁" tokens.
 
 The per-token arrays follow the kjax contract (see tokens/sentencepiece.py):
 `morph` is the morpheme index, `inpos` the piece's place in it, `tag` the
