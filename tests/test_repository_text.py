@@ -1,0 +1,77 @@
+"""The repository's text is written for its users: it names what changed and
+why, never a number of a tracker they do not have ("issue 33", "#34"; another
+project's issue stays, repo-qualified: jax-ml/jax#23989), and kjax's code
+carries no dates (history belongs in CHANGELOG.md, the records and git).
+Pure text: no JAX."""
+import re
+
+from conftest import ROOT
+from test_methods_doc import read_text, tracked_files
+
+# Built from pieces so that this file's own examples do not match.
+ISSUE = "iss" + "ue"
+# "issue 33", "Issues 24/33", "issue #5", "issue-16" (a heading's anchor),
+# "issues\n33" (a line break between word and number).
+TRACKER_WORD = re.compile(rf"\b{ISSUE}s?[\s_-]+#?\d+", re.I)
+# "#33" alone: not a repo-qualified reference (owner/name#33), an HTML
+# entity, a colour (#1f77b4, #000000) or a URL fragment (TPU.md#14-paths).
+BARE_NUMBER = re.compile(r"(?<![\w/.&#-])#\d{1,4}(?!\w)")
+# Numbered things that are not tracker entries: an HLO operand, a profiler stream.
+NOT_TRACKER = re.compile(r"\b(operand|stream) #\d+", re.I)
+ISO_DATE = re.compile(r"\b20\d{2}-[01]\d-[0-3]\d\b")
+SCANNED = ("README.md", "CHANGELOG.md", "docs/", "kjax/", "benchmarks/", "tests/", ".ci/",
+           "tpu_configs/", "experiments/", "launch/")
+
+
+def tracker_references(text: str) -> list[tuple[int, str]]:
+    """(line, the reference) for every tracker number in text."""
+    words = list(TRACKER_WORD.finditer(text))
+    found = [(m.start(), m.group()) for m in words]
+    taken = {at for m in [*words, *NOT_TRACKER.finditer(text)] for at in range(*m.span())}
+    found += [(m.start(), m.group()) for m in BARE_NUMBER.finditer(text)
+              if m.start() not in taken]
+    return sorted((text.count("\n", 0, at) + 1, " ".join(ref.split())) for at, ref in found)
+
+
+def dates(text: str) -> list[tuple[int, str]]:
+    return [(text.count("\n", 0, m.start()) + 1, m.group()) for m in ISO_DATE.finditer(text)]
+
+
+def offenders(find, prefixes) -> list[str]:
+    out = []
+    for path in sorted(tracked_files(ROOT)):
+        if not path.startswith(prefixes):
+            continue
+        text = read_text(path)
+        if text is not None:
+            out += [f"{path}:{line}: {what}" for line, what in find(text)]
+    return out
+
+
+def test_no_tracker_numbers_in_the_repository():
+    found = offenders(tracker_references, SCANNED)
+    assert not found, ("say what changed and why instead of a tracker number users do not "
+                       "have (another project's issue: owner/name#N):\n" + "\n".join(found))
+
+
+def test_no_dates_in_kjax_code():
+    found = offenders(dates, ("kjax/",))
+    assert not found, ("kjax/ carries no dates: history goes to CHANGELOG.md, the records "
+                       "(docs/) or git:\n" + "\n".join(found))
+
+
+def test_the_checks_can_fail():
+    """Each form a tracker number takes is caught, with its line; what only
+    looks like one is not."""
+    text = (f"fixed in {ISSUE} 33\nsee {ISSUE}s 24/33 and the\nGPU figures of {ISSUE}s\n"
+            f"34 (#35); [link](EXPERIMENTS.md#demo-{ISSUE}-16---vm)\n{ISSUE.title()} #7 too\n")
+    assert tracker_references(text) == [
+        (1, f"{ISSUE} 33"), (2, f"{ISSUE}s 24"), (3, f"{ISSUE}s 34"), (4, "#35"),
+        (4, f"{ISSUE}-16"), (5, f"{ISSUE.title()} #7")]
+    fine = ("jax-ml/jax#23989; colors #1f77b4 #000000 #7f7f7f; docs/TPU.md#14-paths-gs; "
+            "&#1234; 'operand #0 does not dominate'; Stream #14(Compute); ## 1. Heading; "
+            f"an {ISSUE} of instruction issue; tissue 12")
+    assert tracker_references(fine) == []
+    assert dates("measured 2026-11-27 on\n2026-11-24 and 20261127") == [
+        (1, "2026-11-27"), (2, "2026-11-24")]
+    assert dates("version 0.2.0, 2026-11, step 2026") == []
