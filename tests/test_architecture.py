@@ -2,7 +2,7 @@
 path, and a module imports only its own layer or lower ones — function-local
 imports included. Inside a layer imports run one way too: no circle between
 kjax modules, whether its imports sit at the top of a file or inside a
-function (issue 27: a function-local import is for an optional heavy
+function (a function-local import is for an optional heavy
 dependency — torch, transformers, tensorflow — never to dodge a circle; a
 function-local kjax import that closes no circle is allowed). Also: no kjax
 file over 400 lines, and no branch on an input mode's name outside
@@ -210,7 +210,7 @@ def test_no_module_imports_a_later_stage():
 def test_no_import_circle_between_kjax_modules():
     """Inside a package imports run one way: a circle (module-level or through
     an import inside a function) is a module that cannot be read, or loaded,
-    without the one that needs it (issue 27)."""
+    without the one that needs it."""
     found = circle_report()
     assert not found, ("import circles; move the shared part below both, or merge the "
                        "files (a function-local import does not break a circle):\n"
@@ -297,8 +297,8 @@ def task_branches(source: str, names) -> list[tuple[int, str]]:
 
 def test_no_branch_on_a_task_name_outside_the_registry():
     """Consumers ask the task (kjax/finetune/registry.py); only its modules
-    know names (issue 14: tasks were names branched on in heads, metrics,
-    trainer)."""
+    know names (a task name branched on in heads, metrics and the trainer
+    made every new task an edit of each)."""
     from kjax.finetune.registry import TASKS
     found = []
     for module, path in module_files().items():

@@ -122,9 +122,9 @@ def test_word_ids_stay_unique_across_sentences():
 
 
 def test_static_masks_draw_from_one_stream_per_example(tmp_path, monkeypatch):
-    """Issue 15: prepare seeded static masks by (seed, index in the chunk,
-    copy), so example n of every chunk — and of the eval split — reused one
-    stream. Every masked example must now get its own."""
+    """Seeded by (seed, index in the chunk, copy) alone, example n of every
+    chunk — and of the eval split — would reuse one stream of static masks.
+    Every masked example gets its own."""
     from conftest import tiny_config
     from kjax.pretrain import prepare as prep
     from kjax.tokens.factory import train_tokenizer

@@ -172,8 +172,9 @@ def test_import_matches_transformers(tmp_path, kind):
 
 
 def test_imported_missing_heads_equal_a_fresh_kjax_init(tmp_path):
-    """Issue 15: the heads a source lacks were drawn 1.14x too wide (a
-    truncated normal divided by its std, which flax does not do)."""
+    """The heads a source lacks start as kjax's own init would draw them, not
+    1.14x too wide (a truncated normal divided by its std, which flax does
+    not do)."""
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import init_state, make_model, make_optimizer
     _hf_model("electra").save_pretrained(tmp_path / "hf")

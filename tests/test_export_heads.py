@@ -1,4 +1,4 @@
-"""Issue 14 item 1 (export): every kind of folder `kjax export` writes — a plain
+"""Every kind of folder `kjax export` writes — a plain
 BERT, a shaken BERT (Eq. 1 via attn_implementation="kjax_shake"), a multi-hot
 UKnowBERT (remote code) and a modern-recipe ModernBERT — loads as a
 sequence classifier AND as an extractive-QA model through transformers' Auto
@@ -79,7 +79,7 @@ def test_every_export_loads_as_a_classifier_and_a_qa_model(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_export_fills_masks_with_its_pretrained_head(tmp_path, kind):
-    """Issue 26: the default export keeps the MLM head; AutoModelForMaskedLM (what
+    """The default export keeps the MLM head; AutoModelForMaskedLM (what
     pipeline("fill-mask") loads) finds every weight in the folder and its logits
     are kjax's."""
     from transformers import AutoModelForMaskedLM
@@ -100,7 +100,7 @@ def test_every_export_fills_masks_with_its_pretrained_head(tmp_path, kind):
     assert diffs["mlm_logits"] <= 1e-4, diffs
 
 
-# ---- issue 26: only heads that trained leave kjax ------------------------------------------
+# ---- only heads that trained leave kjax --------------------------------------------------
 MLM_ONLY = {"onehot": "BertForMaskedLM", "multihot": "KjaxMultihotForMaskedLM"}
 
 

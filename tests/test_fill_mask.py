@@ -130,7 +130,7 @@ def test_exported_folder_answers_through_the_transformers_pipeline(trained, tmp_
 
 
 def test_an_mlm_only_export_is_a_masked_lm_with_no_untrained_weight(trained, tmp_path, capsys):
-    """Issue 26: when NSP did not train (train.nsp_weight=0, as the demo) `kjax
+    """When NSP did not train (train.nsp_weight=0, as the demo) `kjax
     export` writes BertForMaskedLM — no NSP head, no pooler (only NSP trains
     it) — which AutoModelForMaskedLM loads with no missing or unexpected key
     and whose fill-mask answers are `kjax fill-mask`'s. (The export asks the

@@ -1,4 +1,4 @@
-"""`kjax finetune` (issue 8): every head learns a tiny synthetic task, the
+"""`kjax finetune`: every head learns a tiny synthetic task, the
 SHAKE sweep and --seeds report what they claim, a stopped run resumes
 bit-exactly, --init restores a kjax pretraining checkpoint, and the CLI
 fails in one line. Readers, BIO and metrics: test_finetune_data.py."""

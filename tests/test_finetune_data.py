@@ -1,4 +1,4 @@
-"""`kjax finetune` without training (issue 8): the KLUE/generic readers on the
+"""`kjax finetune` without training: the KLUE/generic readers on the
 fixtures in tests/fixtures/klue, the BIO char → token → char mapping on
 hostile text, the metrics against hand-computed values and the one-line
 errors for bad inputs. The training side is in test_finetune.py."""

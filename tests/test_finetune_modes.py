@@ -1,4 +1,4 @@
-"""Issue 14: fine-tuning asks the input mode (kjax/inputs) for its model
+"""Fine-tuning asks the input mode (kjax/inputs) for its model
 arrays and its positions, so every mode fine-tunes — multi-hot (UKnowBERT:
 one position per morpheme), merged (SHAKE 6), shared positions (SHAKE 5)
 and one-hot — with token labels moved to the mode's positions and
@@ -129,7 +129,7 @@ def ner_rows(n, seed):
 
 @pytest.mark.slow
 def test_a_tiny_multihot_model_learns_ner(tokenizers, tmp_path):
-    """Issue 14's done-when: a multi-hot model learns NER (labels on morphemes)."""
+    """A multi-hot model learns NER (labels on morphemes)."""
     from kjax.finetune.run import run_one
     config, tokenizer = mode_config(tokenizers, "multihot")
     ft = finetune_settings(["finetune.max_seq_len=32", "finetune.batch_size=16",

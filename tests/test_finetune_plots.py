@@ -1,4 +1,4 @@
-"""Issue 16: fine-tune learning curves keep their legend off the data, the
+"""Fine-tune learning curves keep their legend off the data, the
 train line spans the whole run, and every `kjax finetune` prints its dev and
 test results at the end."""
 import json

@@ -1,4 +1,4 @@
-"""Issue 14: `kjax finetune --every-checkpoint` fine-tunes every saved step of
+"""`kjax finetune --every-checkpoint` fine-tunes every saved step of
 a pretraining run (seeds → mean ± std) and plots score vs pretraining step,
 other runs' curves joining through --compare."""
 import json

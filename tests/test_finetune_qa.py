@@ -1,4 +1,4 @@
-"""Issue 14: extractive QA (KorQuAD v1.0 / KLUE-MRC). The reader, doc-stride
+"""Extractive QA (KorQuAD v1.0 / KLUE-MRC). The reader, doc-stride
 windows, answer spans through every input mode's positions and back, the
 official EM/F1 (KorQuAD's character F1 and SQuAD's whitespace F1), and a
 tiny one-hot and multi-hot model learning a QA fixture well above chance."""

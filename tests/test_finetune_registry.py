@@ -1,6 +1,6 @@
-"""Issue 14: fine-tuning tasks are a registry (kjax/finetune/registry.py);
+"""Fine-tuning tasks are a registry (kjax/finetune/registry.py);
 docs/ARCHITECTURE.md's worked example of a new task runs end to end, and
-touches only its own module and the registry's list (issue 27)."""
+touches only its own module and the registry's list."""
 import json
 import os
 import re
@@ -44,7 +44,7 @@ def test_the_worked_example_of_a_new_task_runs(env, tmp_path, capsys):  # noqa: 
     scores it by F1."""
     from kjax.cli import main
     block = worked_example()
-    # the task's own module imports no registry (issue 27): the registry lists it
+    # the task's own module imports no registry (no circle): the registry lists it
     assert "registry" not in block and "register" not in block
     module = {"__name__": "kjax.finetune.paraphrase"}
     exec(compile(block, "ARCHITECTURE.md", "exec"), module)

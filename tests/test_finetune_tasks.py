@@ -1,4 +1,4 @@
-"""Issue 14: the NIKL and NSMC readers (CoPA multiple choice, BoolQ pairs,
+"""The NIKL and NSMC readers (CoPA multiple choice, BoolQ pairs,
 NSMC sentences) on small fixtures in their published layouts, and the
 multiple-choice head learning a fixture well above chance."""
 import json

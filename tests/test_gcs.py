@@ -126,7 +126,7 @@ def test_prepare_train_resume_eval_export_on_gcs(gs_root, tmp_path, monkeypatch,
             "learning_curve.png", "checkpoints"} <= set(paths.listdir(ft))
     assert paths.read_json(f"{ft}/summary.json")["init"] == work
 
-    # A damaged newest step on gs:// (issue 19): refused when named, skipped by the
+    # A damaged newest step on gs://: refused when named, skipped by the
     # read-only tools, moved aside (never deleted) by train, which then resumes.
     chunks = [f for f in paths.walk_files(f"{work}/checkpoints/6")
               if f.startswith("state/") and "/d/" in f]

@@ -106,7 +106,7 @@ def test_finetune_pairs_from_an_imported_roberta(tmp_path):
 
 
 def test_analyze_reads_an_imported_vocabulary(tmp_path, capsys):
-    """`kjax analyze` on an imported model (issue 14): rows in the folder's
+    """`kjax analyze` on an imported model: rows in the folder's
     own ids ([CLS]/[SEP] are not kjax's 2/3 here), the norm-based report, and
     --bf refused in one line (an imported vocabulary has no POS pairs)."""
     from kjax.analysis.inputs import encode_text

@@ -1,4 +1,4 @@
-"""Issue 14 item 5: `kjax import --hf DIR` keeps the folder's tokenizer
+"""`kjax import --hf DIR` keeps the folder's tokenizer
 (tokenizer.json, or vocab.txt) as tokenizer.scheme='imported', whose ids are
 the transformers tokenizer's own; fine-tuning builds its rows with the
 vocabulary's special ids. Tiny random models built by transformers, offline."""

@@ -76,7 +76,7 @@ def pair_files(tmp):
 
 
 def test_shared_position_fine_tuning_uses_the_shared_positions(morph_sp, tmp_path):
-    """Issue 13: fine-tuning ran a shared-position model with positions 0..s-1."""
+    """Fine-tuning runs a shared-position model on its shared positions, not 0..s-1."""
     from kjax.finetune.experiment import finetune_settings, make_tuner
     from kjax.finetune.features import make_batch
     from kjax.finetune.heads import model_inputs
@@ -106,7 +106,7 @@ def test_shared_position_fine_tuning_uses_the_shared_positions(morph_sp, tmp_pat
 
 
 def test_fine_tuning_refuses_a_mode_that_says_so_in_one_line(morph_sp, tmp_path, monkeypatch):
-    """Every registered mode fine-tunes (issue 14: tests/test_finetune_modes.py);
+    """Every registered mode fine-tunes (tests/test_finetune_modes.py);
     a new mode that sets finetune_supported = False is refused before any data is read."""
     from kjax.finetune.experiment import finetune_settings, make_tuner
     from kjax.inputs import onehot
@@ -124,8 +124,8 @@ def test_fine_tuning_refuses_a_mode_that_says_so_in_one_line(morph_sp, tmp_path,
 @pytest.mark.parametrize("name", ["merged", "shared_position"])
 def test_export_refuses_a_mode_transformers_would_run_wrongly(morph_sp, tmp_path, capsys,
                                                              name):
-    """Issue 13: a merged model was written as a plain BERT and its self-check
-    passed (it compared BERT with BERT)."""
+    """A merged model is not written as a plain BERT, whose self-check would
+    pass by comparing BERT with BERT."""
     tmp, _ = morph_sp
     extra = {"tokenizer.scheme": "morph-sp", "model.input_mode": name,
              "data.mask_unit": "morpheme",
@@ -139,7 +139,7 @@ def test_export_refuses_a_mode_transformers_would_run_wrongly(morph_sp, tmp_path
 
 
 def test_analysis_runs_a_merged_model_on_merged_positions(morph_sp):
-    """Issue 13: `kjax analyze` fed a merged model one token per position."""
+    """`kjax analyze` feeds a merged model its merged positions, not one token each."""
     from kjax.analysis.inputs import encode_text, model_batch
     from kjax.analysis.report import analysis_step
     tmp, tokenizer = morph_sp

@@ -157,7 +157,7 @@ def test_search_stops_at_another_predicate_and_sentence_end():
     assert relations("책/NNG 을/JKO 읽/VV 고/EC 가/VV 았/EP 다/EF") == [
         ("읽", 0, "frame"), ("가", 4, "self")]
     assert relations("밥/NNG 을/JKO 먹/VV 고/EC 있/VX 다/EF") == [("먹", 0, "frame")]  # VX: no target
-    # 공부/NNG 하/XSV is a predicate too (issue 15; it used to get no target)
+    # 공부/NNG 하/XSV is a predicate too (X+하 as one predicate, METHODS §2.2)
     assert relations("물/NNG 을/JKO 공부/NNG 하/XSV 고/EC 마시/VV") == [
         ("하", 0, "nearest"), ("마시", 5, "self")]
     assert relations("물/NNG ./SF 마시/VV") == [("마시", 2, "self")]
@@ -172,7 +172,7 @@ def test_compound_noun_points_to_its_last_noun():
     assert relations("여기/NP 에/JKB 국제/NNG 결혼/NNG 을/JKO 하/VV") == [("하", 3, "frame")]
 
 
-# Real sentences: Kiwi splits X+하/되 into stem + XSV/XSA (issue 15: they got no target).
+# Real sentences: Kiwi splits X+하/되 into stem + XSV/XSA, and they still get a target.
 DERIVED = [  # sentence, predicate lemma, its tag, frame particles, expected target noun, rule
     ("정부는 그 결정을 인정하였다.", "인정하", "VV", {"을", "를"}, "결정", "frame"),
     ("새 장비가 현장에 투입되었다.", "투입되", "VV", {"에"}, "현장", "frame"),

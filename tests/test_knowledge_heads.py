@@ -224,8 +224,8 @@ def test_each_knowledge_loss_trains_only_its_own_parameters(loss_name):
 
 
 def test_eval_reports_every_head_as_weighted_sums_with_the_training_weights(tmp_path):
-    """Issue 15: `kjax eval` dropped the hypernym/sense/verb metrics and its
-    "loss" was MLM + NSP whatever train.nsp_weight said."""
+    """`kjax eval` reports the hypernym/sense/verb metrics, and its "loss"
+    weighs every objective as training does, train.nsp_weight included."""
     from kjax.batches.loader import empty_row
     from kjax.losses.pretraining import pretraining_loss
     from kjax.parallel.mesh import make_mesh, put_batch

@@ -133,8 +133,8 @@ class BareSpaceMorphSP:
 
 
 def test_bare_space_pieces_count_alike_in_both_sentencepiece_schemes():
-    """Issue 15: a bare ▁ is a token (a position) in both schemes and never
-    makes a morpheme "split" — morph-sp used to count ▁+학교 as a split."""
+    """A bare ▁ is a token (a position) in both schemes and never makes a
+    morpheme "split": ▁+학교 is one morpheme, not a split one."""
     text = "나는 학교에서 보았다"   # 나 는 | 학교 에서 | 보 었 다
     msp = measure(BareSpaceMorphSP(), [text]).summary()
     assert msp["tokens"] == 10 and msp["bare_space_tokens"] == 3

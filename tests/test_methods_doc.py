@@ -1,4 +1,4 @@
-"""The repository stands alone (issue 36): every "METHODS §…" / "Eq. …" /
+"""The repository stands alone: every "METHODS §…" / "Eq. …" /
 "Table …" / "Fig. …" citation resolves in docs/METHODS.md, every function and
 test that page names exists, and no tracked file points outside the
 repository into the workspace's shared folder. Pure text and AST: no JAX."""

@@ -66,7 +66,7 @@ def test_no_piece_crosses_a_morpheme(tok, lines):
             if UNK in ids:
                 continue
             # the pieces of morpheme k spell exactly that morpheme, ▁ included unless
-            # it would have been a bare ▁ token (dropped, issue 15)
+            # it would have been a bare ▁ token (dropped)
             spelled = "".join(tok.id_to_token(i) for i in ids)
             assert spelled == unit or WORD_START + spelled == unit
             checked += 1
@@ -85,9 +85,9 @@ def test_vocabulary_learned_no_cross_morpheme_piece(tok, lines):
 
 
 def test_word_start_marks_only_eojeol_starts_and_is_never_a_bare_token(tok, lines):
-    """Issue 15: a bare ▁ took a position (and a row of B) to say only "a word
-    starts"; it is dropped, `bare_word_starts=True` keeps the old encoding,
-    where ▁ marks exactly the eojeol starts."""
+    """A bare ▁ would take a position (and a row of B) to say only "a word
+    starts", so it is dropped; `bare_word_starts=True` keeps it, and there ▁
+    marks exactly the eojeol starts."""
     old = MorphSPTokenizer(tok.model_file, tok.analyzer, bare_word_starts=True)
     dropped = 0
     for line in lines[:20]:
@@ -136,7 +136,7 @@ def test_decode_gives_the_morpheme_text(tok):
     text = "대한민국은 민주공화국이다."
     old = MorphSPTokenizer(tok.model_file, tok.analyzer, bare_word_starts=True)
     assert old.decode(old.encode(text)["ids"]) == text
-    # Without bare ▁ tokens (issue 15) a space survives where a piece shows the
+    # Without bare ▁ tokens a space survives where a piece shows the
     # word start; the characters always do.
     decoded = tok.decode(tok.encode(text)["ids"])
     assert decoded.replace(" ", "") == text.replace(" ", "") and decoded.startswith("대한")

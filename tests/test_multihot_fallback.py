@@ -1,4 +1,4 @@
-"""Issue 15 on the multi-hot vocabulary: the syllable fallback that always
+"""The multi-hot vocabulary on unseen text: the syllable fallback that always
 exists (jamo for unseen Hangul, Unicode classes for unseen symbols and emoji),
 X+하/되 as one predicate (METHODS §2.2 rule 3) on Kiwi's real split, and the
 composition `kjax tokenizer train` prints."""

@@ -104,8 +104,8 @@ def test_position_arrays_for_shaking_over_morphemes():
 
 
 def test_no_weight_decay_pulls_the_inpos_gate_towards_zero():
-    """Issue 15: E_inpos multiplies E_tok (Eq. 3) and starts at 1; AdamW's
-    decay pulled it towards 0. Chosen by name (it is a [tokens, hidden]
+    """E_inpos multiplies E_tok (Eq. 3) and starts at 1; AdamW's decay would
+    pull it towards 0. Chosen by name (it is a [tokens, hidden]
     table like the embeddings, which do decay)."""
     import optax
     from ml_collections import ConfigDict

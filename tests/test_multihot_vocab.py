@@ -194,9 +194,9 @@ def test_build(tmp_path):
     assert not any(0xE000 <= ord(c) < 0xE100 for t in tokens for c in t)  # no tag chars
     assert not {"20", "Seed", "漢字"} & set(tokens)   # character rules stay in charge
     assert vocab.encode_morpheme("20", "SN") == ["2##", "0##"]
-    # @ tokens: the characters seen >= 4 times in *all* morphemes (issue 15: this
-    # used to count only morphemes that are not one token, which left a vocabulary
-    # with a large BPE without any syllable fallback), plus the fallback tokens.
+    # @ tokens: the characters seen >= 4 times in *all* morphemes (counting only
+    # morphemes that are not one token would leave a vocabulary with a large BPE
+    # without any syllable fallback), plus the fallback tokens.
     counts = collections.Counter()
     for sent in corpus:
         for form, tag in sent:
@@ -228,8 +228,8 @@ def test_train_on_real_text(tmp_path):
     assert MultihotVocab.load(str(tmp_path / "vocab.txt")).tokens == tok.vocab.tokens
     outs = list(tok.encode_many(lines))
     ids = np.concatenate([o["ids"] for o in outs])
-    # Issue 15: a built vocabulary always has the jamo / [SYM:*] fallbacks, so
-    # real text has no [UNK] at all (before: up to 3 % here).
+    # A built vocabulary always has the jamo / [SYM:*] fallbacks, so real text
+    # has no [UNK] at all (without them: up to 3 % here).
     assert (ids == 1).sum() == 0
     held_out = "뷁! 쀍뛟 😎 ½ ①"                      # syllables and signs it never saw
     assert (tok.encode(held_out)["ids"] != 1).all()

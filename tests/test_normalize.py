@@ -17,7 +17,7 @@ from kjax.text.corpus import CorpusStats, clean_line
 from kjax.text.normalize import normalize_text
 from kjax.tokens.factory import open_tokenizer
 
-WIDE = "ＡＢＣ\u3000전각 문자와\u00a0공백\t끝"   # the sentence, with more odd spaces
+WIDE = "ＡＢＣ\u3000전각 문자와\u00a0공백\t끝"   # full-width letters and odd spaces
 
 
 def test_normalize_text_is_one_for_one():

@@ -107,7 +107,7 @@ def pair_forms(ex, forms, cfg=None):
 
 
 def test_adnominal_pairs_stop_at_sep(analyzer):
-    """Issue 15: '모든' ending segment A was paired with B's first noun."""
+    """'모든' ending segment A is not paired with B's first noun across [SEP]."""
     ex, forms = example_from(analyzer, "그는 모든", "책을 샀다")   # Kiwi: 모든/MM, 책/NNG
     assert pair_forms(ex, forms) == {("는", "그"), ("을", "책")}
     ex, forms = example_from(analyzer, "그는 모든 책을 샀다", "좋다")  # inside a segment: paired

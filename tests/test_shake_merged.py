@@ -52,8 +52,8 @@ def check_no_masked_token_visible(out, ids_before=None):
 
 
 def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):  # noqa: F811
-    """Issue 15: masking ran before the merge, so a masked 학교 merged with its
-    visible 에서 leaked 에서 (in the input and among the targets)."""
+    """Masking runs after the merge: masked before it, a masked 학교 merged with
+    its visible 에서 would leak 에서 (in the input and among the targets)."""
     from kjax.batches.loader import ToModelInputs
     from kjax.inputs import mask_example
     ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 새 책을 샀다")

@@ -105,7 +105,7 @@ def test_training_lowers_the_loss_and_writes_outputs(prepared, tmp_path):
 
 
 def test_an_mlm_only_run_reports_no_nsp_figure(prepared, tmp_path, capsys):
-    """Issue 26: NSP at weight 0 is off, so no NSP number appears anywhere a run
+    """NSP at weight 0 is off, so no NSP number appears anywhere a run
     reports: eval lines, metrics.jsonl, TensorBoard, `kjax eval`, the model card
     (whose first line names the objectives that trained)."""
     from kjax.cli import main

@@ -56,4 +56,4 @@ def test_table22_variant_trains(name, data, tmp_path):
     assert VARIANTS[name] <= set(rows[-1])
     heads = {"hypernym_top1", "sense_cosine", "verb_accuracy"} - VARIANTS[name]
     assert not heads & set(rows[-1])  # objectives a variant lacks are really off
-    assert ("nsp_loss" in rows[-1]) == (config.train.nsp_weight > 0)   # NSP too (issue 26)
+    assert ("nsp_loss" in rows[-1]) == (config.train.nsp_weight > 0)   # NSP too
