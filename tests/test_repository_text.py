@@ -76,3 +76,21 @@ def test_the_checks_can_fail():
     assert dates("measured 2026-11-27 on\n2026-11-24 and 20261127") == [
         (1, "2026-11-27"), (2, "2026-11-24")]
     assert dates("version 0.2.0, 2026-11, step 2026") == []
+
+
+def test_the_version_is_the_changelogs_newest():
+    """setup.py, kjax.__version__ and CHANGELOG.md's newest section name one
+    version: a release that lands a break raises all three together."""
+    import ast
+    import os
+
+    import kjax
+    setup = ast.parse(open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read())
+    (call,) = [n for n in ast.walk(setup) if isinstance(n, ast.Call)
+               and getattr(n.func, "id", None) == "setup"]
+    (version,) = [k.value.value for k in call.keywords if k.arg == "version"]
+    changelog = open(os.path.join(ROOT, "CHANGELOG.md"), encoding="utf-8").read()
+    sections = re.findall(r"^## (\d+\.\d+\.\d+)\s*$", changelog, re.M)
+    assert sections and sections == sorted(sections, key=lambda v: tuple(map(int, v.split("."))),
+                                           reverse=True)
+    assert version == kjax.__version__ == sections[0]
