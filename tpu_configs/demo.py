@@ -13,10 +13,10 @@ Assembly bills and ChatterBot's Korean dialogues; the vocabulary also reads
     kjax fill-mask       --workdir runs/demo "오늘 날씨[MASK] 정말 좋네요."
     kjax fill-mask       --workdir runs/demo --check
 
-Expected: see README (Quickstart) for the figures measured on this config:
-wall time, the MLM loss and accuracy by step, [UNK] on KLUE's dev texts, and
-fill-mask hit rates on the 32 everyday sentences of
-kjax/analysis/data/everyday_fill_mask.tsv.
+Expected: README ("What the demo prints") shows the output of a fresh run:
+wall time, the MLM loss and accuracy by step, and fill-mask hit rates on the
+32 everyday sentences of kjax/analysis/data/everyday_fill_mask.tsv; [UNK] on
+KLUE's dev texts: docs/PRETRAINING.md.
 
 Why this recipe (docs/EXPERIMENTS.md, "Demo fill-mask"): at 128 tokens a row,
 MLM + NSP and whole-eojeol masking, the tiny model sat on the unigram plateau
