@@ -9,30 +9,29 @@ shared memory, HBM, cuDNN 9.28), given to jax as a deviceless topology. The
 step is traced for the GPU (kjax.model.platform: attention takes the path a
 GPU would, cuDNN where `auto` picks it), compiled, and its optimized HLO
 checked: no scatter-add into a small embedding table, no 16-bit scatter
-without unique indices (kjax/pretrain/hlo_checks.py); where the step holds
+without unique indices (kjax/compile_checks/hlo.py); where the step holds
 kjax's Pallas kernels, ptxas assembles their PTX for sm_90a and none may
-spill registers or serialize its wgmma (kjax/pretrain/ptx_checks.py). Prints compile time
-and memory per device. Verdicts come from .ci/compile_record.json when the
-lowered program, plugin and target config are the ones recorded
-(kjax/pretrain/compile_record.py); in the default mode any other case is
+spill registers or serialize its wgmma (kjax/compile_checks/ptx.py). Prints
+compile time and memory per device. Verdicts come from .ci/compile_record.json
+when the lowered program, plugin and target config are the ones recorded
+(kjax/compile_checks/record.py); in the default mode any other case is
 compiled and fails the check until the record is rewritten.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only compiles
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.pretrain.compile_record import MODES, Record, case_id  # noqa: E402  (no jax)
+from kjax.compile_checks.record import MODES, Record, case_id  # noqa: E402  (no jax)
+from kjax.compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
+                                         device_memory, h100_target)
 
 GIB = 1 << 30
-TARGET = os.path.join(ROOT, ".ci", "h100_sxm.txtpb")
-TOPOLOGY = "h100_sxm 1x1x1"
 PALLAS_KERNELS = "shake_flash"   # kjax/model/flash_shake.py's kernels, as XLA names them
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 # (preset, overrides, what the case is): one GPU, the batches the H100/H200
@@ -48,21 +47,15 @@ CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
           "512×32, flash: dropout + pairs B")]
 
 
-def device_memory(target_text: str) -> int:
-    m = re.search(r"device_memory_size:\s*(\d+)", target_text)
-    if not m:
-        raise ValueError(f"{os.path.relpath(TARGET)} names no device_memory_size")
-    return int(m.group(1))
-
-
 def compile_verdict(lowered, pallas: bool = False) -> dict:
     """XLA's verdict for the H100: memory per device and the HLO checks' lines;
     with `pallas`, ptxas' report on the Pallas kernels (sm_90a: registers, and a
-    line for each that spills or serializes its wgmma; kjax/pretrain/ptx_checks.py)."""
+    line for each that spills or serializes its wgmma; kjax/compile_checks/ptx.py)."""
     import tempfile
 
-    from kjax.pretrain import ptx_checks
-    from kjax.pretrain.hlo_checks import scatter_findings
+    from kjax.compile_checks import ptx as ptx_checks
+    from kjax.compile_checks.hlo import scatter_findings
+    from kjax.pretrain.aot import peak_bytes
     ptxas = ptx_checks.find_ptxas() if pallas else None
     if pallas and ptxas is None:
         return {"compiled": False, "seconds": 0.0,
@@ -77,13 +70,11 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
         seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         kernels = ptx_checks.dumped_kernels(dump, ptxas, prefix=PALLAS_KERNELS) if pallas else {}
     m = compiled.memory_analysis()
-    peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
     text = compiled.as_text()
     return {"compiled": True, "error": "", "seconds": round(seconds, 1), "cpu_s": round(cpu_s, 1),
             "arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
             "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
-            "peak": peak, "hlo_findings": scatter_findings(text),
+            "peak": peak_bytes(m), "hlo_findings": scatter_findings(text),
             "cudnn_attention": "__cudnn$fmha" in text,
             "kernels": kernels, "ptx_findings": ptx_checks.findings(kernels)}
 
@@ -91,7 +82,8 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
     from kjax.config import load_config
     from kjax.objectives import check_config
-    from kjax.pretrain import aot, compile_record as cr
+    from kjax.compile_checks import record as cr
+    from kjax.pretrain import aot
     config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
@@ -150,19 +142,16 @@ def main() -> int:
     cases = [c for c in CASES if not wanted or any(w in c[0] for w in wanted)]
     try:
         record = Record(args.record_file)
-        with open(TARGET, encoding="utf-8") as f:
-            target_text = f.read()
+        target_text = h100_target()
         memory = device_memory(target_text)
     except (OSError, ValueError) as e:
         print(f"gpu-check: {e}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    from jax.experimental import topologies
-
-    from kjax.pretrain.compile_record import without_locations
+    from kjax.compile_checks.record import without_locations
+    from kjax.compile_checks.targets import h100_devices
     try:
-        devices = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                               target_config=target_text).devices
+        devices = h100_devices(target_text)
     except Exception as e:  # noqa: BLE001 - no plugin: jax raises several kinds
         print(f"gpu-check: no CUDA compiler ({' '.join(str(e).split())[:160]}); run it in its "
               f"venv: `make gpu-check`", file=sys.stderr)

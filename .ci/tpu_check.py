@@ -16,7 +16,7 @@ fails the check. Programs that are the same up to constants (the SHAKE
 variants' bf) compile once (kjax.pretrain.aot.compile_step). Prints the
 Markdown table docs/TPU.md and the presets' headers quote.
 
-Verdicts are keyed by the program (kjax/pretrain/compile_record.py): every
+Verdicts are keyed by the program (kjax/compile_checks/record.py): every
 case is lowered and its hash looked up in .ci/compile_record.json; a case
 recorded with the same program and libtpu takes the recorded verdict, any
 other compiles, and in the default mode (CI) fails until the record is
@@ -31,7 +31,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.pretrain.compile_record import MODES, Record, case_id  # noqa: E402  (no jax)
+from kjax.compile_checks.record import MODES, Record, case_id  # noqa: E402  (no jax)
 GIB = 1 << 30
 SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
 FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
@@ -71,7 +71,8 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
     holds for this program and libtpu, else compile (compile_record.settle)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
-    from kjax.pretrain import aot, compile_record as cr
+    from kjax.compile_checks import record as cr
+    from kjax.pretrain import aot
     config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
@@ -128,7 +129,7 @@ def run_group(cases, fit: bool, record=None, mode: str = "check") -> list[tuple]
     """(table row, failure or None, record entry or None) for each case, in
     one process: cases that may share a program (compile_step's cache) run
     in the same one."""
-    from kjax.pretrain.compile_record import without_locations
+    from kjax.compile_checks.record import without_locations
     with without_locations():
         return [one_case(case, fit, record, mode) for case in cases]
 

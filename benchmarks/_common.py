@@ -70,16 +70,8 @@ def record(name: str, table: str, notes: str = "", no_record: bool = False) -> N
                 f"{table}\n" + (f"\n{notes}\n" if notes else ""))
 
 
-H100_TARGET = os.path.join(ROOT, ".ci", "h100_sxm.txtpb")   # XLA's H100 SXM, as make gpu-check
-
-
-def h100_devices():
-    """The device of an H100 described to this CPU host (jax's CUDA plugin,
-    no GPU: docs/GPU.md §6): programs compile for it, nothing runs."""
-    from jax.experimental import topologies
-    with open(H100_TARGET, encoding="utf-8") as f:
-        return topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                            target_config=f.read()).devices
+# the H100 described to this CPU host, as make gpu-check compiles for it
+from kjax.compile_checks.targets import h100_devices  # noqa: E402,F401
 
 
 def lower_train_step(config):
@@ -103,12 +95,7 @@ def train_step(config):
     return make_train_step(config, mesh, model, tx, shardings), state, mesh
 
 
-def peak_bytes(compiled) -> int:
-    """Bytes live at the peak of one compiled step on one device: arguments +
-    outputs not aliased to (donated) arguments + temporaries."""
-    m = compiled.memory_analysis()
-    return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
+from kjax.pretrain.aot import peak_bytes  # noqa: E402,F401 (as `kjax compile` reports it)
 
 
 def timed_steps(step, state, batch, steps: int):

@@ -37,7 +37,7 @@ LAYERS = (
     ("parallel", ("kjax.parallel",)),
     ("train", ("kjax.train",)),
     ("checkpoint", ("kjax.checkpoint",)),
-    ("pretrain", ("kjax.pretrain",)),
+    ("pretrain", ("kjax.pretrain", "kjax.compile_checks")),
     ("tools", ("kjax.finetune", "kjax.export", "kjax.analysis")),
     ("cli", ("kjax.cli",)),
 )

@@ -1,12 +1,12 @@
-"""The optimized-HLO checks of `make gpu-check` (kjax/pretrain/hlo_checks.py),
+"""The optimized-HLO checks of `make gpu-check` (kjax/compile_checks/hlo.py),
 on snippets written as XLA:GPU prints them (the bert_base step's scatters,
 jax 0.10.2, H100 target), the kernel/transpose/traffic count
-benchmarks/hlo_traffic.py prints, and the platform attention lowers for."""
+benchmarks/step/hlo_traffic.py prints, and the platform attention lowers for."""
 import os
 import subprocess
 import sys
 
-from kjax.pretrain.hlo_checks import kernel_traffic, scatter_findings
+from kjax.compile_checks.hlo import kernel_traffic, scatter_findings
 
 TOKEN_TYPE = ("  ROOT %scatter-add.12.1 = bf16[2,768]{1,0} scatter(%param_0.2469, %bitcast.160.2, "
               "%bitcast.199.2), update_window_dims={1,2}, inserted_window_dims={}, "
@@ -80,11 +80,11 @@ def test_kernel_traffic_counts_the_entry_kernels_and_their_bytes():
 
 
 def test_hlo_traffic_benchmark_prints_a_row_per_variant(tmp_path):
-    """benchmarks/hlo_traffic.py at CPU sizes (its H100 target needs the CUDA
+    """benchmarks/step/hlo_traffic.py at CPU sizes (its H100 target needs the CUDA
     plugin of build/gpu-venv): one row per variant, the HLO kept."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run(
-        [sys.executable, os.path.join(root, "benchmarks", "hlo_traffic.py"), "--target", "cpu",
+        [sys.executable, os.path.join(root, "benchmarks", "step", "hlo_traffic.py"), "--target", "cpu",
          "--config", "demo", "--seq", "32", "--batch", "8", "--hlo", str(tmp_path),
          "--variant", "demo=", "--variant", "wider=model.intermediate_size=512"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})

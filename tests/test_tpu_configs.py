@@ -97,7 +97,7 @@ def test_headers_and_docs_quote_the_compile_record():
     record says (.ci/compile_record.json, the verdicts `make tpu-check`
     checks), to the hundredth of a GiB. A case the record lacks fails CI's
     tpu-check itself; here every quoted figure of a recorded case is held to it."""
-    from kjax.pretrain.compile_record import Record, case_id
+    from kjax.compile_checks.record import Record, case_id
     spec = importlib.util.spec_from_file_location("tpu_check_quotes",
                                                   os.path.join(ROOT, ".ci", "tpu_check.py"))
     module = importlib.util.module_from_spec(spec)

@@ -152,12 +152,19 @@ def _compile(lowered, config, step: str, start: float) -> StepCompile:
                            error=_oom_summary(text))
     seconds = time.perf_counter() - start
     m = compiled.memory_analysis()
-    peak = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
     flops, bytes_accessed = _cost(compiled)
     return StepCompile(step, config.train.batch_size, seconds, True,
                        m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
-                       m.temp_size_in_bytes, peak, flops, bytes_accessed)
+                       m.temp_size_in_bytes, peak_bytes(m), flops, bytes_accessed)
+
+
+def peak_bytes(memory) -> int:
+    """Bytes live at the peak of one compiled step on one device, from its
+    `memory_analysis()` (or the compiled program itself): the arguments, the
+    outputs not aliased to donated arguments, and the temporaries."""
+    m = memory.memory_analysis() if hasattr(memory, "memory_analysis") else memory
+    return (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+            + m.temp_size_in_bytes)
 
 
 def _oom_summary(text: str) -> str:

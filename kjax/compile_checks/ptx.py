@@ -8,7 +8,7 @@ kernel (`-v`): registers per thread, bytes spilled to local memory, and
 whether Hopper's asynchronous matrix products (wgmma) had to be serialized for
 lack of registers. No timing, but a kernel that spills inside its inner loop
 or serializes its wgmma is slow on every GPU of that architecture: this is
-what `make gpu-check` refuses and benchmarks/flash_tiles.py tabulates.
+what `make gpu-check` refuses and benchmarks/kernels/flash_tiles.py tabulates.
 """
 from __future__ import annotations
 

@@ -1,0 +1,10 @@
+"""What `make tpu-check` and `make gpu-check` (.ci/) hold a compiled step to,
+and the benchmarks and tests that read the same programs:
+
+- record.py: verdicts keyed by the lowered program (.ci/compile_record.json);
+- targets.py: the deviceless H100 the GPU programs compile for;
+- hlo.py: checks on a compiled step's optimized HLO text (scatters, traffic);
+- ptx.py: ptxas' report on the Pallas kernels (registers, spills, wgmma).
+
+Not on any verb's path: `kjax compile` is kjax/pretrain/aot.py, which these
+checks call."""
