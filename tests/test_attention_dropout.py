@@ -150,13 +150,20 @@ def test_flash_dropout_mask_does_not_depend_on_the_mesh():
     assert np.abs(single - plain).max() > 1e-2
 
 
-def test_auto_picks_flash_for_dropout_only_when_configured(monkeypatch):
-    pick = lambda **kw: choose_impl("auto", shaking=False, explicit=False,  # noqa: E731
-                                    dtype=jnp.bfloat16, **kw)
-    assert pick(dropping=True) == "xla" and pick(dropping=True, auto_flash=True) == "xla"  # CPU
+def test_auto_follows_the_gpu_figures(monkeypatch):
+    """auto: cuDNN for plain calls on GPU; the kernel for dropout or B only where
+    GPU_FLASH_FASTER says a GPU measured it faster, for every feature the call has."""
+    from kjax.model import attention_core
+    pick = lambda **kw: choose_impl("auto", explicit=False, dtype=jnp.bfloat16,  # noqa: E731
+                                    **{"shaking": False, **kw})
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER", {"dropout": True, "shake": False})
+    assert pick(dropping=True) == "xla" and pick() == "xla"                 # CPU
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert pick() == "dot_product" and pick(auto_flash=True) == "dot_product"
-    assert pick(dropping=True) == "xla" and pick(dropping=True, auto_flash=True) == "flash"
+    assert pick() == "dot_product"
+    assert pick(dropping=True) == "flash"
+    assert pick(shaking=True) == "xla" and pick(shaking=True, dropping=True) == "xla"
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER", {"dropout": False, "shake": True})
+    assert pick(dropping=True) == "xla" and pick(shaking=True) == "flash"
     assert choose_impl("dot_product", shaking=False, explicit=False, dropping=True) == "xla"
     assert choose_impl("flash", shaking=False, explicit=True, dropping=True) == "xla"
 

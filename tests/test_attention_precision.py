@@ -1,8 +1,8 @@
 """The explicit attention path with its [b, h, q, k] arrays in the compute dtype
-(model.attention_logits = "compute", kjax/model/attention.py) against the fp32
-reference path: outputs and gradients within bf16 tolerance, the custom
-backward equal to autodiff's, and the residuals kept for the backward pass
-free of fp32 [b, h, q, k] arrays (what the setting exists for)."""
+(what training runs, kjax/model/attention.py) against the fp32 reference path
+(what the analysis reads): outputs and gradients within bf16 tolerance, the
+custom backward equal to autodiff's, and the residuals kept for the backward
+pass free of fp32 [b, h, q, k] arrays (why the compute dtype)."""
 import re
 
 import jax

@@ -15,6 +15,7 @@ file (a syntax error, an exception, a wrong type) and the key for an override.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import sys
@@ -51,10 +52,20 @@ def _unlock_free_form(c: ConfigDict, schema: dict) -> None:
             c[name].unlock()   # e.g. shake.tag_weights: its keys are the user's
 
 
+_reading_file = contextvars.ContextVar("kjax_reading_config_file", default=False)
+
+
 def defaults() -> ConfigDict:
     """The whole tree with every default, locked: setting a key that does not
-    exist is an error (a typo never passes silently)."""
+    exist is an error (a typo never passes silently). Inside a config file
+    being loaded, retired keys are there too, at their old values: a config
+    recorded before (WORKDIR/kjax_config.py sets every key) still loads, and
+    `conform` drops them or names what replaced them."""
     c = _tree(SCHEMA)
+    if _reading_file.get():
+        for dotted, (old, _) in RETIRED.items():
+            section, leaf = dotted.rsplit(".", 1)
+            c[section][leaf] = old
     c.lock()
     _unlock_free_form(c, SCHEMA)
     return c
@@ -149,6 +160,7 @@ def _read_file(path: str) -> tuple[object, str, str]:
         holder = config_flags.DEFINE_config_file(FLAG, None, flag_values=values,
                                                  lock_config=False, sys_argv=["kjax"])
         sys.modules.pop(MODULE, None)
+        reading = _reading_file.set(True)
         try:
             with warnings.catch_warnings():   # config_flags' own use of load_module()
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -158,6 +170,8 @@ def _read_file(path: str) -> tuple[object, str, str]:
         except Exception as e:   # noqa: BLE001 - anything the user's file raises
             sys.modules.pop(MODULE, None)
             raise _file_error(e, local, path) from None
+        finally:
+            _reading_file.reset(reading)
 
 
 # ---- laying a tree over the defaults ---------------------------------------------------

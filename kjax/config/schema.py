@@ -152,17 +152,18 @@ MODEL = {
                        "recorded by kjax train)", min=0, special=(-1,)),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
-    "attention_impl": Key("auto", "which attention runs: auto, xla (the explicit reference), "
-                          "dot_product (jax.nn.dot_product_attention) or flash (Pallas, Eq. 1 "
-                          "and attention dropout inside; kjax/model/attention_core.py)",
+    "attention_impl": Key("auto", "which attention runs: xla (the explicit reference), "
+                          "dot_product (jax.nn.dot_product_attention), flash (Pallas, Eq. 1 "
+                          "and attention dropout inside) or auto: on GPU cuDNN for calls "
+                          "without Eq. 1 and attention dropout and, for calls with them, the "
+                          "kernel where a GPU measured it faster than the explicit path, else "
+                          "xla; xla on CPU and TPU (kjax/model/attention_core.py)",
                           choices=ATTENTION_IMPLS),
-    "attention_auto_flash": Key(False, "auto on GPU: send calls with attention dropout or Eq. 1 "
-                                "to the flash kernel instead of the explicit path (off until "
-                                "a GPU measurement says it is faster: docs/GPU.md)"),
-    "attention_logits": Key("compute", "explicit attention path: dtype in which the [b, h, q, k] "
-                            "logits, α and attention dropout are held: compute (model.dtype; "
-                            "the softmax sums in fp32) or float32 (every one fp32, as before "
-                            "2026-11)", choices=("compute", "float32")),
+    "attention_tiles": Key({}, "the flash kernels' tiles per call signature (flash_tuning.py "
+                           "names them), each 'F/DQ/DKV' with F, DQ, DKV = outer,inner,warps,"
+                           "stages, or 'table' for the built-in table; a signature not listed "
+                           "is timed on the GPU at its first compile (cached), '*' fixes every "
+                           "call; kjax train records what it ran with, so a resume keeps them"),
     "rope_theta": positive(160_000.0, "modern: RoPE base of the global-attention layers"),
     "local_rope_theta": positive(10_000.0, "modern: RoPE base of the local-attention layers"),
     "local_attention": at_least(0, 128, "modern: window of the local layers (a query sees keys "
@@ -334,6 +335,12 @@ FINETUNE = {
 # key is dropped: old WORKDIR/kjax_config.py files), any other value is an error
 # that names what replaced it.
 RETIRED = {
+    "model.attention_auto_flash": (False, "model.attention_impl is the one choice: 'flash' "
+                                          "runs the kernel for every call, 'auto' where a "
+                                          "GPU measured it faster"),
+    "model.attention_logits": ("compute", "the explicit path holds its [b, h, q, k] arrays "
+                                          "in model.dtype (the softmax sums in fp32); set "
+                                          "model.dtype='float32' for fp32 logits"),
     "shake.position_variant": ("none", "SHAKE variant 5 is model.input_mode='shared_position' "
                                        "now"),
     "data.examples_per_shard": (20000, "it was never read (a shard holds a chunk of "

@@ -8,9 +8,14 @@ the devices in `kjax.parallel.mesh.check_mesh`.
 from __future__ import annotations
 
 import math
+import re
 
 from kjax.config.schema import MESH_AXES, SCHEMA
 from kjax.errors import KjaxError
+
+# model.attention_tiles' values: the flash kernels' tiles (kjax/model/flash_tiles.parse_tiles)
+_TILE = r"[1-9]\d*(,[1-9]\d*){3}"
+TILES = re.compile(f"{_TILE}(/{_TILE}){{2}}")
 
 
 def check_values(config, schema: dict = SCHEMA, prefix: str = "") -> None:
@@ -69,6 +74,11 @@ def validate_model(c) -> None:
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size): the "
                             f"knowledge heads read hidden_size-wide embeddings; set the "
                             f"knowledge weights to 0 or model.embedding_size=0")
+    for signature, tiles in dict(m.attention_tiles).items():
+        if tiles != "table" and not TILES.fullmatch(str(tiles)):
+            raise KjaxError(f"model.attention_tiles[{signature!r}] = {tiles!r}: give 'table' or "
+                            f"F/DQ/DKV, each outer,inner,warps,stages (e.g. "
+                            f"'128,64,8,2/128,32,4,5/128,32,4,5')")
     if m.attention_impl == "dot_product" and m.attention_dropout_rate > 0:
         raise KjaxError("model.attention_impl='dot_product' has no attention dropout "
                         "(training would run the explicit path): set "

@@ -15,7 +15,7 @@ also returns α and f(x) per head, which the norm-based analysis
 
 The lines above run as written on the explicit ("xla") path, the reference
 (in a bf16 model its [b, h, q, k] arrays are held in bf16 and the softmax
-sums in fp32: `model.attention_logits`, `explicit_attention`);
+sums in fp32: `explicit_attention`);
 `model.attention_impl` may send a call to a fused implementation instead
 (jax.nn.dot_product_attention, or the Pallas kernel with Eq. 1 inside):
 kjax/model/attention_core.py says which runs when.
@@ -27,7 +27,6 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from kjax.model import dropout_hash
 from kjax.model.attention_core import (MASK_VALUE, choose_impl, dense_shake, fused_attention,
@@ -94,10 +93,7 @@ def _lp_softmax_bwd(residuals, g):
     if shake is not None:   # d|s·B|/ds = B·sign(s) for B ≥ 0, jnp.abs's sign(0) = +1
         b = shake.astype(jnp.float32)[:, None, :, :]
         dx = dx * (1.0 + bf * b * jnp.where(scores >= 0, 1.0, -1.0))
-    no_grad = lambda x: None if x is None else (  # noqa: E731  masks, B, bf: data, no gradient
-        jnp.zeros_like(x) if jnp.issubdtype(x.dtype, jnp.inexact)
-        else np.zeros(x.shape, jax.dtypes.float0))
-    return dx.astype(probs.dtype), no_grad(mask), no_grad(shake), no_grad(bf)
+    return dx.astype(probs.dtype), None, None, None   # masks, B, bf: data, no gradient
 
 
 low_precision_softmax.defvjp(_lp_softmax_fwd, _lp_softmax_bwd)
@@ -156,19 +152,19 @@ class SelfAttention(nn.Module):
                         words=dropout_hash.key_words(self.make_rng("dropout")))
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
                            explicit=self.return_analysis, dropping=drop is not None,
-                           auto_flash=cfg.attention_auto_flash, dtype=q.dtype)
+                           dtype=q.dtype)
         masks = dict(segment_ids=segment_ids, local_window=self.local_window)
         if impl != "xla":
             context, probs = fused_attention(impl, q, k, v, attention_mask, **masks,
-                                             shake=shake, bf=bf, dropout=drop), None
+                                             shake=shake, bf=bf, dropout=drop,
+                                             tiles=cfg.attention_tiles), None
         else:
             dropout = None if drop is None else (
                 lambda p: dropout_hash.dropout(p, drop["words"], drop["rate"], drop["broadcast"]))
-            # α for the analysis stays fp32 whatever the setting (norms of α·f(x)).
-            low = cfg.attention_logits == "compute" and not self.return_analysis
-            context, probs = explicit_attention(q, k, v, attention_mask, **masks, shake=shake,
-                                                bf=bf, dropout=dropout,
-                                                logits_dtype=q.dtype if low else jnp.float32)
+            # α for the analysis stays fp32 (norms of α·f(x)); training holds q's dtype.
+            context, probs = explicit_attention(
+                q, k, v, attention_mask, **masks, shake=shake, bf=bf, dropout=dropout,
+                logits_dtype=jnp.float32 if self.return_analysis else q.dtype)
         out_proj = HeadProjection(cfg, merge=True, name="out")
         y = out_proj(context)
         if not self.return_analysis:

@@ -5,22 +5,23 @@
     xla          the explicit path in kjax/model/attention.py: scores, Eq. 1,
                  mask, softmax, dropout, α·V, line by line (the reference);
     dot_product  `jax.nn.dot_product_attention` (XLA on CPU/TPU, cuDNN on GPU
-                 for bf16/fp16) when the call has no Eq. 1, else xla;
+                 for bf16/fp16) when the call has no Eq. 1 and no attention
+                 dropout, else xla;
     flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 and
                  attention dropout inside the online softmax (CPU: Pallas'
                  interpret mode, slow, for tests and debugging);
-    auto         (the default) dot_product where it is cuDNN (GPU, bf16 or
-                 fp16) and the call has neither Eq. 1 nor attention dropout,
-                 else xla; with model.attention_auto_flash on GPU, flash for
-                 the calls with either (off: on an H200 the kernel measured
-                 slower than the explicit path, docs/PERFORMANCE.md). On
-                 TPU v4+ the kernel goes through Mosaic; v2/v3's Mosaic
-                 refuses its bf16 matmuls (docs/TPU.md §15). On CPU the XLA
-                 form of dot_product_attention measured 1.2–1.45× slower
-                 than the explicit path, with a larger peak
-                 (docs/PERFORMANCE.md, "attention fwd+bwd"): it is the same
-                 algorithm with extra mask plumbing, and TPU runs the same
-                 XLA code, so auto keeps the explicit path there.
+    auto         (the default) on GPU: cuDNN (dot_product) for a call with
+                 neither Eq. 1 nor attention dropout; for a call with either,
+                 flash if `GPU_FLASH_FASTER` says a GPU measured the kernel
+                 faster than the explicit path for each feature the call has,
+                 else xla. On CPU and TPU: xla.
+
+The rule follows measurements, not expectations: on CPU XLA's form of
+dot_product_attention is the same algorithm as the explicit path with extra
+mask plumbing, and TPU runs the same XLA code; on an H200 the kernel was
+slower than the explicit path with dropout and with B (docs/PERFORMANCE.md,
+"What decides speed: attention paths"). On TPU v4+ the kernel goes through
+Mosaic; v2/v3's Mosaic refuses its bf16 matmuls (docs/TPU.md §15).
 
 Whatever the setting, a call that needs the attention weights themselves
 (`return_analysis`: α per head) runs the explicit path, and so does a call
@@ -45,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from kjax.model import flash_tuning
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash_shake import MASK_VALUE, flash_attention
 from kjax.model.platform import platform
@@ -74,8 +76,14 @@ def logits_mask(attention_mask, segment_ids=None, local_window: int | None = Non
     return mask
 
 
+# Whether a GPU measured the flash kernel faster than the explicit path for calls
+# with attention dropout and calls with Eq. 1's B (BERT-base step, docs/GPU.md §5):
+# `auto` sends a call to the kernel when every feature it has says so.
+GPU_FLASH_FASTER = {"dropout": False, "shake": False}
+
+
 def choose_impl(impl: str, *, shaking: bool, explicit: bool, dropping: bool = False,
-                auto_flash: bool = False, dtype=jnp.float32) -> str:
+                dtype=jnp.float32) -> str:
     """The path one call takes: "xla", "dot_product" or "flash" (module doc)."""
     if impl not in IMPLS:
         raise ValueError(f"model.attention_impl={impl!r}; choose one of {IMPLS}")
@@ -83,11 +91,12 @@ def choose_impl(impl: str, *, shaking: bool, explicit: bool, dropping: bool = Fa
         return "xla"
     if impl == "flash":
         return "flash"
-    if impl == "auto" and auto_flash and (shaking or dropping) and platform() == "gpu":
+    if not shaking and not dropping:
+        return "dot_product" if impl == "dot_product" or _cudnn(dtype) else "xla"
+    features = [f for f, on in (("dropout", dropping), ("shake", shaking)) if on]
+    if impl == "auto" and platform() == "gpu" and all(GPU_FLASH_FASTER[f] for f in features):
         return "flash"
-    if impl == "auto" and not _cudnn(dtype):
-        return "xla"
-    return "xla" if shaking or dropping else "dot_product"
+    return "xla"
 
 
 def _cudnn(dtype) -> bool:
@@ -95,14 +104,17 @@ def _cudnn(dtype) -> bool:
 
 
 def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
-                    local_window: int | None = None, shake=None, bf=None, dropout=None):
+                    local_window: int | None = None, shake=None, bf=None, dropout=None,
+                    tiles=()):
     """q (scaled by 1/sqrt(d)), k, v [b, s, heads, d] → context [b, s, heads, d].
-    `dropout`: {"rate", "words", "broadcast"} (kjax/model/dropout_hash.py), flash only."""
+    `dropout`: {"rate", "words", "broadcast"} (kjax/model/dropout_hash.py), flash only;
+    `tiles`: model.attention_tiles as (signature, value) pairs (flash_tuning)."""
     if impl == "dot_product" and dropout is None:
         return _dot_product(q, k, v, attention_mask, segment_ids, local_window)
     if impl != "flash":
         raise ValueError(f"fused_attention runs dot_product (no dropout) or flash, not {impl!r}")
-    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout)
+    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout,
+                          tiles)
 
 
 def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
@@ -121,7 +133,8 @@ def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
                                         implementation="xla")
 
 
-def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout):
+def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout,
+                   fixed_tiles=()):
     """The kernel is per (example, head): under a mesh it runs per device on
     its batch and head shards (shard_map), as XLA cannot partition a Pallas
     call. The specs come from the logical-axis rules, not from mesh names.
@@ -141,11 +154,18 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
             base = jnp.stack([_axis_index(heads[0]) * q.shape[0],
                               _axis_index(heads[2]) * q.shape[2],
                               jnp.int32(q.shape[2] * _axes_size(mesh, heads[2]))])
+        tiles = None
+        if platform() == "gpu":   # Triton: the tiles timed on this card (flash_tuning)
+            layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
+            call = flash_tuning.Call(q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                                     jnp.dtype(q.dtype).name, rate, layout,
+                                     segment_ids is not None, local_window)
+            tiles = flash_tuning.tiles_for(call, fixed_tiles)
         return flash_attention(q, k, v, attention_mask, segment_ids=segment_ids,
                                local_window=local_window, shake=shake, bf=bf,
                                dropout_rate=rate, dropout_words=words,
                                dropout_broadcast=broadcast, index_base=base,
-                               interpret=interpret)
+                               tiles=tiles, interpret=interpret)
 
     args = (q, k, v, attention_mask, segment_ids, shake, bf, words)
     if mesh.empty or mesh.size == 1:

@@ -41,8 +41,7 @@ class EncoderConfig:
     scan_unroll: int = 1               # layers per scanned iteration; 0: all (no loop)
     remat_policy: str = "none"
     attention_impl: str = "auto"       # kjax/model/attention_core.py
-    attention_auto_flash: bool = False  # auto on GPU: flash for calls with dropout or Eq. 1
-    attention_logits: str = "compute"  # explicit path: [b, h, q, k] in compute dtype or float32
+    attention_tiles: tuple = ()        # ((signature, "F/DQ/DKV" or "table"), ...): flash_tuning.py
     # modern only (ModernBERT): RoPE bases, local window, global-layer period.
     rope_theta: float = 160_000.0
     local_rope_theta: float = 10_000.0
@@ -103,6 +102,8 @@ class EncoderConfig:
                           sense_dim=knowledge.sense_dim if knowledge.sense_weight > 0 else 0)
         if "scan_unroll" in kwargs:   # -1: the platform's (kjax/config/platform_defaults.py)
             kwargs["scan_unroll"] = resolved_value("model.scan_unroll", kwargs["scan_unroll"])
+        if "attention_tiles" in kwargs:   # a dict in the config; hashable here
+            kwargs["attention_tiles"] = tuple(sorted(dict(kwargs["attention_tiles"]).items()))
         per_layer = tuple(model_cfg.get("shake_factor_per_layer", ()) or ())
         bf = per_layer or (float(model_cfg.get("shake_factor", 0.0)),) * kwargs["num_layers"]
         return cls(shake_factor=tuple(float(x) for x in bf), **kwargs)

@@ -9,35 +9,35 @@ resumed run draws the same masks: the key is the layer's
 `make_rng("dropout")`, itself a function of (seed, step, layer) alone
 (kjax/train/step.py), and nothing else enters (no host counter, no state).
 
-The hash is counter based (like Philox, much cheaper): two rounds of
-MurmurHash3's 32-bit finaliser (`fmix32`, a bijection with full avalanche)
-make a seed per (example, head) plane from the key's words; within a plane
-the linear index q·seq + k, spread by the golden-ratio multiplier and offset
-by that seed, goes through fmix32's first four steps, and the top 31 bits
-of the result decide:
+The hash is counter based (like Philox, much cheaper), and one hash decides
+two neighbouring keys (FlashAttention-2's way: one random word, several
+lanes compared against an integer threshold):
 
     plane  = example · heads + head        (global indices: under shard_map
                                             each shard adds its offset, so a
                                             mask never depends on the mesh)
     seed_p = fmix32(fmix32(plane ⊕ k0) ⊕ k1)
-    x      = (q · seq + k) · 0x9E3779B9 + seed_p
-    x      = (x ⊕ x >>> 16) · 0x85EBCA6B
-    bits   = (x ⊕ x >>> 13) · 0xC2B2AE35   (fmix32 without its last x ⊕ x >>> 16)
-    keep   = bits >>> 1  ≥  round(rate · 2³¹)
+    x      = (q · ⌈seq/2⌉ + ⌊k/2⌋) · 0x9E3779B9 + seed_p
+    h      = fmix32(x)                     (MurmurHash3's 32-bit finaliser)
+    u      = h >>> 16 for an even key k, h & 0xFFFF for an odd one
+    keep   = u ≥ t,   t = round(rate · 2¹⁶),   kept α scaled by 2¹⁶ / (2¹⁶ − t)
 
-fmix32's last step folds the high half into the low half; the decision reads
-the high bits, which the second multiply has already mixed from every input
-bit, so that step is skipped (since 2026-11-27: the kernels' PTX then holds
-16–21 % fewer instructions for dropout; a run resumed across that change
-draws other masks from then on). The index is a row term plus a column term,
-each computed once per row or column of a tile, not per entry. Every step is
-a bijection and the golden-ratio multiplier is odd, so inside a plane (seq ≤
-46340) no two entries share a hash input: per entry about nine integer
-operations where threefry's bernoulli spends ~40. Everything is int32 with
-wrapping multiplies and logical shifts, the same bits on XLA (CPU, GPU,
-TPU), Triton and Mosaic. `broadcast` (model.attention_dropout_broadcast)
-fixes plane = 0: one mask per (layer, step) shared by every example and
-head, HF Flax BERT's recipe, a different regulariser.
+Lanes of 16 bits make the rate t / 2¹⁶, within 2⁻¹⁷ (8·10⁻⁶) of the
+configured one; lanes of 8 bits would decide four keys per hash but round
+the rate to 1/256 (0.1 becomes 26/256 = 0.1016, 1.6·10⁻³ off). fmix32 is a
+bijection with full avalanche and the golden-ratio multiplier is odd, so
+inside a plane (seq ≤ 92,681) no two key pairs share a hash input. The
+index is a row term plus a column term, each computed once per row or column
+of a tile, not per entry: about eight integer operations per two keys, plus
+a shift or mask and a compare per key (threefry's bernoulli spends ~40 per
+key). Everything is int32 with wrapping multiplies and logical shifts, the
+same bits on XLA (CPU, GPU, TPU), Triton and Mosaic: a tile computes one
+hash per key pair and interleaves the lanes (`keep_tile`) where the
+compiler takes that (Triton's join, XLA), or one per key (`keep`, Mosaic).
+`broadcast` (model.attention_dropout_broadcast) fixes plane = 0: one mask
+per (layer, step) shared by every example and head, HF Flax BERT's recipe,
+a different regulariser. docs/METHODS.md and docs/PERFORMANCE.md, "What
+decides speed: dropout keep bits" say why these bits.
 """
 from __future__ import annotations
 
@@ -67,11 +67,25 @@ def fmix32(x):
     return x ^ _shr(x, 16)
 
 
+LANE_BITS = 16                      # one 32-bit hash: two keys' lanes
+LANE_MASK = (1 << LANE_BITS) - 1
+
+
 def threshold(rate: float) -> int:
-    """Entries whose 31 hash bits fall below this are dropped: P = rate (to 2⁻³¹)."""
+    """A key whose 16-bit lane falls below this is dropped: P = t / 2¹⁶."""
     if not 0.0 <= rate < 1.0:
         raise ValueError(f"attention dropout rate {rate} is not in [0, 1)")
-    return int(round(rate * 2 ** 31))
+    return min(int(round(rate * 2 ** LANE_BITS)), 2 ** LANE_BITS - 1)
+
+
+def effective_rate(rate: float) -> float:
+    """The rate the keep bits draw: `rate` to within 2⁻¹⁷."""
+    return threshold(rate) / 2 ** LANE_BITS
+
+
+def keep_scale(rate: float) -> float:
+    """1 / (1 − effective rate): kept entries are scaled so E[α·Z] = α exactly."""
+    return 2 ** LANE_BITS / (2 ** LANE_BITS - threshold(rate))
 
 
 def key_words(key) -> jax.Array:
@@ -91,15 +105,34 @@ def plane_seed(k0, k1, plane):
     return fmix32(fmix32(plane ^ k0) ^ k1)
 
 
+def pair_hash(seed, rows, pairs, seq: int):
+    """The hash of key pairs `pairs` (keys 2j, 2j + 1) of query `rows`; int32
+    operands broadcast: rows [.., q, 1] and pairs [.., 1, j] compute each index
+    term once per row or column ((q·P + j)·G + seed = (q·P·G + seed) + j·G mod 2³²)."""
+    return fmix32((rows * np.int32((seq + 1) // 2) * GOLDEN + seed) + pairs * GOLDEN)
+
+
+def _lanes(h, rate: float):
+    """(keep of the even key, keep of the odd key) from a pair's hash."""
+    t = np.int32(threshold(rate))
+    return _shr(h, LANE_BITS) >= t, (h & np.int32(LANE_MASK)) >= t
+
+
 def keep(seed, rows, cols, seq: int, rate: float):
-    """True where entry (query `rows`, key `cols`) of the plane(s) whose
-    `seed` is given survives dropout at `rate`; int32 operands broadcast: give
-    rows as [.., q, 1] and cols as [.., 1, k] and each index term is computed
-    once per row or column ((q·seq + k)·G + seed = (q·seq·G + seed) + k·G mod 2³²)."""
-    x = (rows * np.int32(seq) * GOLDEN + seed) + cols * GOLDEN
-    x = (x ^ _shr(x, 16)) * FMIX_1
-    x = (x ^ _shr(x, 13)) * FMIX_2      # fmix32 but its last step: the high bits decide
-    return _shr(x, 1) >= np.int32(threshold(rate))
+    """True where entry (query `rows`, key `cols`) of the plane(s) whose `seed`
+    is given survives dropout at `rate`, one hash per entry (any layout: Mosaic,
+    the transposed backward); the same bits as `keep_tile`."""
+    even, odd = _lanes(pair_hash(seed, rows, _shr(cols, 1), seq), rate)
+    return jnp.where((cols & 1) == 0, even, odd)
+
+
+def keep_tile(seed, q0, k0, bq: int, bk: int, seq: int, rate: float):
+    """Boolean [bq, bk] keep bits of queries q0.. and keys k0.. (k0 and bk even):
+    one hash per key pair, its two lanes interleaved (a join on Triton)."""
+    rows = q0 + lax.broadcasted_iota(jnp.int32, (bq, 1), 0)
+    pairs = lax.div(k0, 2) + lax.broadcasted_iota(jnp.int32, (1, bk // 2), 1)
+    even, odd = _lanes(pair_hash(seed, rows, pairs, seq), rate)
+    return jnp.stack([even, odd], axis=-1).reshape(bq, bk)
 
 
 def keep_mask(words, shape, rate: float, broadcast: bool = False):
@@ -110,11 +143,15 @@ def keep_mask(words, shape, rate: float, broadcast: bool = False):
         + jnp.arange(h, dtype=jnp.int32)[None, :, None, None])
     seed = plane_seed(words[0], words[1], plane)
     rows = jnp.arange(q, dtype=jnp.int32)[:, None]
-    cols = jnp.arange(k, dtype=jnp.int32)[None, :]
-    return jnp.broadcast_to(keep(seed, rows, cols, k, rate), shape)
+    pairs = jnp.arange((k + 1) // 2, dtype=jnp.int32)[None, :]
+    even, odd = _lanes(pair_hash(seed, rows, pairs, k), rate)
+    lanes = jnp.stack(jnp.broadcast_arrays(even, odd), axis=-1)
+    return jnp.broadcast_to(lanes.reshape(lanes.shape[:-2] + (-1,))[..., :k], shape)
 
 
 def dropout(probs, words, rate: float, broadcast: bool = False):
-    """α [b, h, q, k] → keep·α/(1 − rate), as flax's nn.Dropout scales."""
+    """α [b, h, q, k] → keep·α/(1 − effective rate) (flax's nn.Dropout: 1/(1 − rate)),
+    the scaling in fp32 (a bf16 1/(1 − rate) would be 0.2 % off)."""
     mask = keep_mask(words, probs.shape, rate, broadcast)
-    return jnp.where(mask, probs / jnp.asarray(1.0 - rate, probs.dtype), jnp.zeros_like(probs))
+    kept = (probs.astype(jnp.float32) * np.float32(keep_scale(rate))).astype(probs.dtype)
+    return jnp.where(mask, kept, jnp.zeros_like(probs))

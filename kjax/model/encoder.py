@@ -26,11 +26,6 @@ from kjax.model.lookup import Table, gather_rows
 EMBEDDINGS = ("tokens", "segment_sum", "segment_sum_inpos_postag")
 
 
-def padding_bias(attention_mask: jax.Array) -> jax.Array:
-    """[b, k] 1/0 mask → additive fp32 bias: padded keys get a large negative."""
-    return jnp.where(attention_mask > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-
-
 class Embeddings(nn.Module):
     config: EncoderConfig
     deterministic: bool = True

@@ -7,18 +7,15 @@ Triton's warps per program and software-pipeline stages.
 TPU (Mosaic) and interpret mode use one block on both sides, the largest power
 of two ≤ 128 that divides the sequence, in every kernel.
 
-On GPU the tiles are chosen so that no kernel spills registers: the
-registers and spills ptxas reports for each kernel compiled for an H100
-(sm_90a, deviceless: benchmarks/flash_tiles.py) decide, and `make gpu-check`
-fails a step whose Pallas kernel spills. 128 × 128 tiles with 4 warps, the
-tiling before, spilled in both backward kernels (dq 212 bytes, dk/dv 568;
-with attention dropout 592 and 1,492, and the forward 392): every spilled
-register is a round trip through local memory inside the inner loop. The
-rule: no spill and no serialized wgmma with padding, with attention dropout,
-and with dropout + pairs B + segments + a local window; then the largest
-tile. Heads of 128 (twice the accumulators) need smaller backward tiles;
-larger heads take the 128 entry and may spill (benchmarks/flash_tiles.py
---head-dim says).
+On GPU the table below is the start: tilings with which ptxas reports no
+spilled register and no serialized wgmma for an H100 (sm_90a, deviceless:
+benchmarks/flash_tiles.py; `make gpu-check` fails a step whose Pallas kernel
+spills), with padding, with attention dropout and with dropout + pairs B +
+segments + a local window; then the largest tile, as a spill is a round trip
+through local memory inside the inner loop. Which clean tiling is fastest
+only a GPU says: kjax/model/flash_tuning.py times `CANDIDATES` on the card.
+Heads of 128 (twice the accumulators) need smaller backward tiles; larger
+heads take the 128 entry and may spill. docs/GPU.md §8 has the figures.
 """
 from __future__ import annotations
 
@@ -38,10 +35,53 @@ class Tiles:
     num_stages: int = 2
 
 
-# (forward, dq, dk/dv) for Triton by the largest head size they serve: see the
-# module's docstring and docs/GPU.md §8.
+# (forward, dq, dk/dv) for Triton by the largest head size they serve (docs/GPU.md §8).
 TRITON_TILES = {64: (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2)),
                 128: (Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 128, 8, 2))}
+
+# What flash_tuning times on a GPU besides the table, by head size, most likely first:
+# Triton's fused-attention tutorial's backward (dk/dv over 128 keys with 32-query steps,
+# dq over 128 queries with 32-key steps, 4 warps, 5 stages), deeper pipelines of the
+# table's tiles, and smaller forward tiles; every one clean under ptxas on sm_90a.
+CANDIDATES = {
+    64: ((Tiles(128, 64, 8, 2), Tiles(128, 32, 4, 5), Tiles(128, 32, 4, 5)),
+         (Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 3), Tiles(64, 128, 8, 3)),
+         (Tiles(128, 64, 4, 3), Tiles(128, 32, 4, 3), Tiles(128, 32, 4, 3)),
+         (Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3))),
+    128: ((Tiles(128, 64, 8, 3), Tiles(128, 32, 8, 3), Tiles(32, 128, 8, 3)),
+          (Tiles(64, 64, 4, 3), Tiles(64, 32, 4, 3), Tiles(32, 64, 4, 3))),
+}
+
+
+def parse_tiles(spec: str) -> tuple[Tiles, Tiles, Tiles]:
+    """'F/DQ/DKV', each outer,inner,warps,stages → the three kernels' Tiles."""
+    parts = spec.split("/")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        tiles = tuple(Tiles(*(int(x) for x in part.split(","))) for part in parts)
+    except (TypeError, ValueError):
+        raise ValueError(f"flash tiles {spec!r}: give F/DQ/DKV, each outer,inner,warps,stages "
+                         f"(e.g. 128,64,8,2/128,32,4,5/128,32,4,5)") from None
+    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)):
+        raise ValueError(f"flash tiles {spec!r}: every block, warp and stage count is ≥ 1")
+    return tiles
+
+
+def format_tiles(tiles) -> str:
+    return "/".join(",".join(str(x) for x in dataclasses.astuple(t)) for t in tiles)
+
+
+def fit(tiles, seq: int) -> tuple[Tiles, Tiles, Tiles]:
+    """Each block shrunk to the largest power of two that divides seq (or seq)."""
+    return tuple(Tiles(pick_block(seq, t.outer), pick_block(seq, t.inner), t.num_warps,
+                       t.num_stages) for t in tiles)
+
+
+def _by_head(table: dict, head_dim: int):
+    """The first entry ≥ head_dim, else the last."""
+    fits = [d for d in sorted(table) if d >= head_dim]
+    return table[fits[0] if fits else max(table)]
 
 
 def pick_block(seq: int, preferred: int = 128) -> int:
@@ -63,10 +103,16 @@ def kernel_tiles(seq: int, triton: bool, block_q: int | None = None,
     if block_q or block_k or not triton:
         bq, bk = block_q or pick_block(seq), block_k or pick_block(seq)
         return Tiles(bq, bk), Tiles(bq, bk), Tiles(bk, bq)
-    fits = [d for d in sorted(TRITON_TILES) if d >= head_dim]
-    tiles = TRITON_TILES[fits[0] if fits else max(TRITON_TILES)]
-    return tuple(Tiles(pick_block(seq, t.outer), pick_block(seq, t.inner), t.num_warps,
-                       t.num_stages) for t in tiles)
+    return fit(_by_head(TRITON_TILES, head_dim), seq)
+
+
+def candidates(seq: int, head_dim: int = 64) -> list[tuple[Tiles, Tiles, Tiles]]:
+    """The table's tiles, then CANDIDATES, fitted to seq, without repeats."""
+    out = []
+    for tiles in (_by_head(TRITON_TILES, head_dim),) + _by_head(CANDIDATES, head_dim):
+        if fit(tiles, seq) not in out:
+            out.append(fit(tiles, seq))
+    return out
 
 
 # ---- which block of each operand a grid step (batch, head, i) sees ------------------------

@@ -1,14 +1,11 @@
 """Embedding lookups and row gathers whose gradients accumulate in fp32 and
-never contend (issue 33; docs/PERFORMANCE.md, "the embedding gradient").
+never contend.
 
-`nn.Embed(dtype=bf16)` casts its table before the lookup, so the gradient of
-every table is a **bf16 scatter-add**: the token-type table's 16,384 updates
-per BERT-base step all land on one of two rows, the GPU serialises them
-(22–42 ms of an 86 ms step on an H200) and the sum is rounded to bf16 at every
-add (4.1 % off the fp32 recipe's gradient, where the word and position tables
-are 0.6–0.9 % off). Here the forward values stay the same (a gather from the
-fp32 table, cast after: the same bits as cast-then-gather) and the backward
-is chosen per table:
+`nn.Embed(dtype=bf16)` casts its table before the lookup, so every table's
+gradient would be a bf16 scatter-add: updates that collide on a few rows
+serialise on a GPU's atomics and round to bf16 at every add. Here the forward
+values are the same (a gather from the fp32 table, cast after: the same bits
+as cast-then-gather) and the backward is chosen per table:
 
     rows < SMALL_TABLE_ROWS   one_hot(ids)ᵀ · g in one matrix product with fp32
                               accumulation (token types, E_inpos, E_postag, and
@@ -18,18 +15,15 @@ is chosen per table:
 
 Positions 0..s-1 (every unpacked BERT row) are a slice of the table broadcast
 over the batch (`Table.leading_rows`); its gradient, the sum over the batch,
-is taken as the lookup of 0..s-1 (a one-hot product), not as a reduce over
-the batch axis, whose layout XLA:GPU spread to the residual stream.
-Gathers of rows of an activation (the MLM head's and the knowledge heads'
-positions, which may repeat: padding slots, sampled synthetic positions)
-scatter their gradient in fp32 too (`gather_rows`).
+is taken as the lookup of 0..s-1, not as a reduce over the batch axis, whose
+layout XLA:GPU spreads to the residual stream. Gathers of rows of an
+activation (the MLM head's and the knowledge heads' positions, which may
+repeat) scatter their gradient in fp32 too (`gather_rows`).
 
-SMALL_TABLE_ROWS: the one-hot product costs 2·rows·d flops per looked-up
-token, against one scatter update: at 1,024 rows and d = 768 that is 1.6
-MFLOP per token, 26 GFLOP for BERT-base's 16,384 tokens — a few ms on a CPU
-core, well under 0.1 ms on an H100's tensor cores — while the optimized GPU
-HLO of the old step showed the contention at 2 and 512 rows (token types,
-positions) and none at the 32k-row word table.
+SMALL_TABLE_ROWS bounds the one-hot product's cost: 2·rows·d flops per
+looked-up token against one scatter update, well under a millisecond of
+tensor-core time for BERT-base's tokens at 1,024 rows. docs/PERFORMANCE.md,
+"What decides speed: embedding gradients" has the measurements.
 """
 from __future__ import annotations
 
@@ -86,13 +80,9 @@ def _rows_fwd(table, like, dtype):
 
 def _rows_bwd(dtype, empty, g):
     g = g.reshape(-1, *g.shape[-2:])                                   # [b, s, d]
-    # Row p's gradient is the sum over the batch of g[:, p]; taken as the lookup
-    # of positions 0..s-1 (a one-hot product for tables under 1,024 rows, ~0.15 %
-    # of BERT-base's FLOPs at seq 512), not as a reduce over the batch axis:
-    # XLA:GPU lays that reduce out with the batch axis minor, or rewrites a
-    # product with ones into it, and the layout spread to the whole residual
-    # stream ([s, d, b]: 147 transposes and 4.8 GB more traffic per BERT-base
-    # step compiled for an H100; docs/PERFORMANCE.md).
+    # Row p's gradient, the sum over the batch of g[:, p], as the lookup of
+    # positions 0..s-1: XLA:GPU lays a reduce over the batch axis out with that
+    # axis minor and spreads the layout to the residual stream (module doc).
     ids = jnp.broadcast_to(jnp.arange(g.shape[1]), g.shape[:2])
     return table_gradient(ids, g, empty.shape[1], empty.shape[2]).astype(empty.dtype), None
 

@@ -36,6 +36,7 @@ from kjax import paths
 from kjax.config import platform_defaults
 from kjax.config.load import load_config
 from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
+from kjax.model import flash_tuning
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
@@ -188,6 +189,9 @@ def resolve_platform_defaults(config, workdir: str) -> None:
         except KjaxError:
             recorded = None    # unreadable: record_config replaces it, saying so
     platform_defaults.resolve(config, recorded=recorded)
+    # the flash tiles this run ran with (timed on its first GPU): a resume keeps them
+    flash_tuning.forget()
+    flash_tuning.keep_recorded(config.model, None if recorded is None else recorded.model)
     here = jax.default_backend()
     kept = [f"{key}={platform_defaults.value(config, key)!r}" for key in platform_defaults.AUTO
             if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
@@ -256,6 +260,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 last = {"step": step, **m}
                 window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
+                c.model.attention_tiles.update(flash_tuning.chosen())   # tiles it compiled with
                 record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
                 with goodput.timed("eval"):

@@ -1,0 +1,221 @@
+"""The flash kernels' tiles chosen on the card (kjax/model/flash_tuning.py):
+timed within a budget with a fake clock and timer, kept in the cache file,
+fixed by model.attention_tiles (what a resumed run's recorded config holds),
+and the config's old attention keys."""
+import json
+
+import jax
+import numpy as np
+import pytest
+from ml_collections import ConfigDict
+
+from kjax.config import load_config
+from kjax.errors import KjaxError
+from kjax.model import flash_tuning
+from kjax.model.flash_tiles import (CANDIDATES, TRITON_TILES, Tiles, candidates, format_tiles,
+                                    kernel_tiles, parse_tiles)
+
+CALL = flash_tuning.Call(32, 512, 12, 64, "bfloat16", dropout=0.1, shake="pairs")
+
+
+class FakeClock:
+    """Seconds advance only when a fake measurement says it compiled and ran."""
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_measure(clock, seconds_each=3.0, fastest=None):
+    """tiles → a time: `fastest` wins; each call costs the clock `seconds_each`."""
+    seen = []
+
+    def measure(tiles):
+        seen.append(tiles)
+        clock.now += seconds_each
+        return 1.0 if tiles == fastest else 2.0 + len(seen)
+    return measure, seen
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    flash_tuning.forget()
+    monkeypatch.setattr(flash_tuning, "cache_path",
+                        lambda: str(tmp_path / "xla" / flash_tuning.CACHE_FILE))
+    monkeypatch.setattr(flash_tuning, "device_kind", lambda: "NVIDIA H200")
+    yield
+    flash_tuning.forget()
+
+
+def test_signature_names_shape_and_features():
+    assert CALL.signature == "s512_d64_b32_h12_bfloat16_dropout_pairs"
+    plain = flash_tuning.Call(2, 8192, 12, 64, "bfloat16", segments=True, local_window=64)
+    assert plain.signature == "s8192_d64_b2_h12_bfloat16_segments_w64"
+
+
+def test_the_cache_lies_beside_the_compilation_cache(tmp_path, monkeypatch):
+    monkeypatch.undo()
+    monkeypatch.setenv("KJAX_CACHE_DIR", str(tmp_path / "kjax"))
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path / "xla"))
+        assert flash_tuning.cache_path() == str(tmp_path / "xla" / flash_tuning.CACHE_FILE)
+        jax.config.update("jax_compilation_cache_dir", None)
+        assert flash_tuning.cache_path() == str(tmp_path / "kjax" / flash_tuning.CACHE_FILE)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_tiles_spec_round_trip_and_errors():
+    spec = "128,64,8,2/128,32,4,5/128,32,4,5"
+    assert format_tiles(parse_tiles(spec)) == spec
+    for bad in ("128,64,8,2/128,32,4,5", "a,b/c/d", "128,64,8,2/0,32,4,5/128,32,4,5"):
+        with pytest.raises(ValueError, match="flash tiles"):
+            parse_tiles(bad)
+
+
+def test_candidates_start_with_the_table_and_fit_the_sequence():
+    options = candidates(512)
+    assert options[0] == TRITON_TILES[64] and len(options) == 1 + len(CANDIDATES[64])
+    short = candidates(96)           # blocks shrink to divide 96; repeats collapse
+    assert all(96 % t.outer == 0 and 96 % t.inner == 0 for c in short for t in c)
+    assert len(set(short)) == len(short)
+
+
+def test_fastest_within_the_budget_with_a_fake_timer():
+    clock = FakeClock()
+    options = candidates(512)
+    measure, seen = fake_measure(clock, seconds_each=3.0, fastest=options[2])
+    best, timings = flash_tuning.fastest(options, measure, clock=clock, budget_s=7.0)
+    assert best == options[2] and seen == options[:3]   # 3 s each: a 4th would start at 9 s
+    assert [t for t, _ in timings] == options[:3]
+    # a tiling that fails to compile is skipped; all failing: None
+    def broken(tiles):
+        raise RuntimeError("Triton refused")
+    assert flash_tuning.fastest(options, broken, clock=clock) == (None, [])
+
+
+def test_first_call_times_then_the_cache_and_the_process_keep_it(tmp_path):
+    clock = FakeClock()
+    options = candidates(512)
+    measure, seen = fake_measure(clock, fastest=options[1])
+    tiles = flash_tuning.tiles_for(CALL, measure=measure)
+    assert tiles == options[1] and seen
+    cache = json.loads((tmp_path / "xla" / flash_tuning.CACHE_FILE).read_text())
+    assert cache == {"NVIDIA H200": {CALL.signature: format_tiles(options[1])}}
+    assert flash_tuning.chosen() == {CALL.signature: format_tiles(options[1])}
+    never_called = lambda tiles: pytest.fail("timed again")  # noqa: E731
+    assert flash_tuning.tiles_for(CALL, measure=never_called) == options[1]   # this process
+    flash_tuning.forget()
+    assert flash_tuning.tiles_for(CALL, measure=never_called) == options[1]   # the cache file
+
+
+def test_the_config_fixes_the_tiles_without_timing():
+    """A signature's entry (a recorded run's), then '*', then 'table'."""
+    no_timing = lambda tiles: pytest.fail("a fixed signature was timed")  # noqa: E731
+    spec = "64,64,4,3/64,64,4,3/64,64,4,3"
+    got = flash_tuning.tiles_for(CALL, fixed=((CALL.signature, spec),), measure=no_timing)
+    assert got == parse_tiles(spec) and flash_tuning.chosen()[CALL.signature] == spec
+    flash_tuning.forget()
+    star = "128,64,8,2/128,32,4,5/128,32,4,5"
+    got = flash_tuning.tiles_for(CALL, fixed=(("*", star), ("other", spec)), measure=no_timing)
+    assert got == parse_tiles(star)
+    flash_tuning.forget()
+    got = flash_tuning.tiles_for(CALL, fixed=(("*", "table"),), measure=no_timing)
+    assert got == kernel_tiles(512, True)
+    # blocks larger than the sequence shrink to divide it
+    short = flash_tuning.Call(4, 96, 12, 64, "bfloat16")
+    assert flash_tuning.tiles_for(short, fixed=(("*", star),))[1] == Tiles(32, 32, 4, 5)
+
+
+def test_without_a_gpu_of_its_own_the_table_and_no_cache(tmp_path):
+    """CPU here (and a deviceless compile, TPU, several processes): no timing."""
+    assert not flash_tuning.can_time()
+    assert flash_tuning.tiles_for(CALL) == kernel_tiles(512, True)
+    assert not (tmp_path / "xla" / flash_tuning.CACHE_FILE).exists()
+    assert flash_tuning.chosen() == {CALL.signature: format_tiles(kernel_tiles(512, True))}
+
+
+def test_resume_keeps_the_recorded_tiles():
+    """keep_recorded copies what the run recorded into a config that leaves
+    the signature open; a config that fixes '*' or the signature wins."""
+    recorded = ConfigDict({"attention_tiles": {CALL.signature: "64,64,4,3/64,64,4,3/64,64,4,3"}})
+    mine = ConfigDict({"attention_tiles": {}})
+    assert flash_tuning.keep_recorded(mine, recorded) == [CALL.signature]
+    assert dict(mine.attention_tiles) == dict(recorded.attention_tiles)
+    fixed = ConfigDict({"attention_tiles": {"*": "table"}})
+    assert flash_tuning.keep_recorded(fixed, recorded) == [] and "*" in fixed.attention_tiles
+    assert flash_tuning.keep_recorded(mine, None) == []
+
+
+def test_timing_runs_while_a_step_is_traced():
+    """The real measurement (interpret mode here: the plumbing, not a speed) from
+    inside a jitted function under a mesh, as the model calls it: every tiling
+    timed is one of the candidates, and the step still traces."""
+    call = flash_tuning.Call(1, 16, 1, 8, "float32", dropout=0.2, shake="pairs")
+    measure = flash_tuning._on_device(call, reps=1, interpret=True)
+    timed, picked = [], []
+
+    def recording(tiles):
+        timed.append((tiles, measure(tiles)))
+        return timed[-1][1]
+
+    def step(x):
+        picked.append(flash_tuning.tiles_for(call, measure=recording))
+        return x * 2
+    with jax.set_mesh(jax.make_mesh((2,), ("data",))):
+        np.testing.assert_array_equal(jax.jit(step)(np.ones(4, np.float32)), 2.0)
+    assert timed and all(np.isfinite(t) and t > 0 for _, t in timed)
+    assert [t for t, _ in timed] == candidates(16, 8)[:len(timed)]
+    assert picked[0] == min(timed, key=lambda x: x[1])[0]
+
+
+@pytest.mark.parametrize("key,old,other,message", [
+    ("attention_auto_flash", False, True, "model.attention_impl is the one choice"),
+    ("attention_logits", "compute", "float32", "model.dtype='float32' for fp32 logits"),
+])
+def test_retired_attention_keys(tmp_path, key, old, other, message):
+    """A config recorded by an older run (every key, `c.model.update({...})`)
+    holds the key: at its old default it loads (dropped), another value is
+    refused in one line that names the file's line and the replacement."""
+    path = tmp_path / "kjax_config.py"
+    for value in (old, other):
+        path.write_text(f"from kjax.config import defaults\n\n\ndef get_config():\n"
+                        f"    c = defaults()\n    c.model.update({{'num_layers': 2, {key!r}: "
+                        f"{value!r}}})\n    return c\n")
+        if value == old:
+            config = load_config(str(path))
+            assert key not in config.model and config.model.num_layers == 2
+            continue
+        with pytest.raises(KjaxError, match=message) as e:
+            load_config(str(path))
+        assert "\n" not in str(e.value) and f"kjax_config.py:6: config key 'model.{key}'" in str(
+            e.value)
+
+
+def test_attention_tiles_config_errors_are_one_line(tmp_path):
+    from conftest import DEMO_CONFIG
+    with pytest.raises(KjaxError, match=r"model.attention_tiles\['\*'\] = '128,64'") as e:
+        load_config(DEMO_CONFIG, ["--config.model.attention_tiles={'*': '128,64'}"])
+    assert "\n" not in str(e.value) and "F/DQ/DKV" in str(e.value)
+    config = load_config(DEMO_CONFIG, ["--config.model.attention_tiles={'*': 'table'}"])
+    assert dict(config.model.attention_tiles) == {"*": "table"}
+
+
+def test_a_resumed_run_takes_the_tiles_its_workdir_recorded(tmp_path):
+    """kjax train resolves the config against WORKDIR/kjax_config.py: the tiles
+    recorded there fix the signatures a --config leaves open."""
+    from conftest import DEMO_CONFIG
+    from kjax.config.recorded import record_config
+    from kjax.pretrain.trainer import resolve_platform_defaults
+    spec = "64,64,4,3/64,64,4,3/64,64,4,3"
+    first = load_config(DEMO_CONFIG)
+    first.model.attention_tiles[CALL.signature] = spec
+    record_config(first, str(tmp_path))
+    again = load_config(DEMO_CONFIG)
+    assert dict(again.model.attention_tiles) == {}
+    resolve_platform_defaults(again, str(tmp_path))
+    assert dict(again.model.attention_tiles) == {CALL.signature: spec}
+    assert flash_tuning.tiles_for(CALL, fixed=tuple(again.model.attention_tiles.items()),
+                                  measure=lambda t: pytest.fail("timed")) == parse_tiles(spec)
