@@ -1,9 +1,9 @@
-"""benchmarks/accelerator.py (issues 24 and 33) and the scripts it runs, at
---tiny sizes on CPU, so the one command a GPU session runs cannot rot: every
-part runs (or says why not) and prints its rows as it measures them, the
-run's compilation cache is shared by its parts, the per-kernel profile adds
-up, the train/kill/resume run ends where an uninterrupted one does, and the
-modern_base compile probe prints every phase of every variant."""
+"""benchmarks/gpu/suite.py and the scripts it runs, at --tiny sizes on CPU,
+so the one command a GPU user runs cannot rot: every part runs (or says why
+not) and prints its rows as it measures them, the run's compilation cache is
+shared by its parts, the per-kernel profile adds up, the train/kill/resume
+run ends where an uninterrupted one does, and the modern_base compile probe
+prints every phase of every variant."""
 import gzip
 import json
 import os
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "step"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import profile_step  # noqa: E402
 
@@ -26,8 +27,18 @@ ROW = re.compile(r"^\| ([\d.]+) \| ([\d.]+)% \| ([\d.]+) \| (\S[^|]*) \| ([^|]*)
 def bench(*args, timeout=1100):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1",
            "PYTHONPATH": ROOT}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+    before = results()
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
+    assert results() == before, "a check of a script wrote records into benchmarks/results"
+    return proc
+
+
+def results():
+    """The committed records' files and sizes: a --tiny check must leave them alone."""
+    folder = os.path.join(ROOT, "benchmarks", "results")
+    return {n: os.path.getsize(os.path.join(folder, n)) for n in sorted(os.listdir(folder))} \
+        if os.path.isdir(folder) else {}
 
 
 def write_trace(path, events, procs, threads):
@@ -92,9 +103,10 @@ def test_cpu_trace_counts_leaf_thunks(tmp_path):
 
 @pytest.mark.slow
 def test_profile_step_on_cpu_adds_up(tmp_path):
-    proc = bench("benchmarks/profile_step.py", "--config", "bert_base", "--seq", "32",
+    proc = bench("benchmarks/step/profile_step.py", "--config", "bert_base", "--seq", "32",
                  "--batch", "2", "--dtype", "float32", "--steps", "2", "--top", "10",
-                 "--out", str(tmp_path), *TINY, timeout=600)
+                 "--out", str(tmp_path), "--results", str(tmp_path / "results"), *TINY,
+                 timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = ROW.findall(proc.stdout)
     assert len(rows) == 11 and rows[-1][3].startswith("(") and "more)" in rows[-1][3]
@@ -102,18 +114,21 @@ def test_profile_step_on_cpu_adds_up(tmp_path):
     assert any(" fusion → f32[" in r[4] for r in rows)      # HLO ops resolved
     assert open(tmp_path / "profile.md", encoding="utf-8").read().strip() in proc.stdout
     assert (tmp_path / "step.hlo.txt.gz").is_file()
+    # one record per kernel family, its shares those of the summary table
+    families = [json.loads(x) for x in open(tmp_path / "results" / "profile_step.jsonl")]
+    assert {r["benchmark"] for r in families} == {"profile_step"}
+    assert sum(r["figures"]["share"] for r in families) == pytest.approx(1, abs=0.01)
+    assert all(r["shape"] == {"seq": 32, "batch": 2, "dtype": "float32"} for r in families)
 
 
 @pytest.mark.slow
-def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
+def test_gpu_suite_runs_at_tiny_sizes(tmp_path):
     out = tmp_path / "out"
-    proc = bench("benchmarks/accelerator.py", "--tiny", "--parts", "abcdeg", "--out", str(out),
-                 "--no-record", "--peer-venv", str(tmp_path / "no_peer"))
+    proc = bench("benchmarks/gpu/suite.py", "--tiny", "--parts", "abcdeg", "--out", str(out),
+                 "--peer-venv", str(tmp_path / "no_peer"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    text = open(out / "accelerator.md", encoding="utf-8").read()
-    assert "a check of the script" in text   # --no-record: in OUT, not in the docs
-    assert "a check of the script" not in open(os.path.join(ROOT, "docs", "PERFORMANCE.md"),
-                                               encoding="utf-8").read()
+    text = open(out / "gpu_suite.md", encoding="utf-8").read()
+    assert "a check of the script" in text   # --tiny: in OUT, no record (bench() checks)
     for key in "abcdeg":
         assert f"#### ({key})" in text
         assert f"#### ({key})" in proc.stdout
@@ -123,7 +138,7 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
     rows = re.findall(r"^\| ([^|]+) \| ([\d.]+|–) \| (hit|miss|–) \| ([\d.]+) \| (yes|NO) \| "
                       r"([\d.]+) \| (\d+) \| ([\d.]+%|–) \|", text, re.M)
     names = [r[0] for r in rows]
-    assert any(n.startswith("preset, defaults before #33") for n in names)
+    assert any(n.startswith("preset with the CPU/TPU defaults") for n in names)
     assert any("auto: scan_unroll=0 + dropout_rng=rbg" in n for n in names)
     assert any(n.startswith("torch ") and "eager" in n for n in names)
     assert all(float(r[5]) > 0 and int(r[6]) > 0 for r in rows)
@@ -141,7 +156,8 @@ def test_accelerator_benchmark_runs_at_tiny_sizes(tmp_path):
 
 @pytest.mark.slow
 def test_train_kill_resume_ends_where_a_straight_run_does(tmp_path):
-    proc = bench("benchmarks/train_resume.py", "--tiny", "--out", str(tmp_path), timeout=900)
+    proc = bench("benchmarks/system/train_resume.py", "--tiny", "--out", str(tmp_path),
+                 timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"\| resumed, SIGTERM at step ≥ 3 \| 143 \|", proc.stdout)
     assert re.search(r"\| resumed, SIGKILL at step ≥ 9 \| -9 \|", proc.stdout)
@@ -150,7 +166,8 @@ def test_train_kill_resume_ends_where_a_straight_run_does(tmp_path):
 
 @pytest.mark.slow
 def test_modern_compile_prints_every_phase(tmp_path):
-    proc = bench("benchmarks/modern_compile.py", "--tiny", "--out", str(tmp_path), timeout=900)
+    proc = bench("benchmarks/step/modern_compile.py", "--tiny", "--out", str(tmp_path),
+                 timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\| ([^|]+) \|((?: [\d.]+ \|){7}) ([\d.]+) \| (yes|NO) \| ([^|]*) \|",
                       proc.stdout, re.M)

@@ -4,7 +4,7 @@ against the UKNOW-small train step that consumes it, on this CPU.
 
     kjax tokenizer train / kjax prepare with `kjax demo --uknowbert`'s overrides first
     (runs/demo_data_uknowbert), then:
-    python benchmarks/loader.py [--workers 0,2] [--layout dense|pairs]
+    python benchmarks/input/loader_uknowbert.py [--workers 0,2] [--layout dense|pairs]
 
 Measures, alternating in one invocation:
   transform  examples per CPU-second of the loader's per-example work
@@ -15,17 +15,21 @@ Measures, alternating in one invocation:
   step       examples/s of the UKNOW-small train step (uknowbert_s preset:
              multi-hot, NSP + knowledge heads, 4 layers × 256) on a batch of
              the same shape.
+One record per row (benchmarks/results/loader.jsonl).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import sys
 import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
-DATA = os.path.join(_common.ROOT, "runs", "demo_data_uknowbert")
+DATA = os.path.join(harness.ROOT, "runs", "demo_data_uknowbert")
 
 
 def config(args, workers=0, preset="demo"):
@@ -35,7 +39,7 @@ def config(args, workers=0, preset="demo"):
         f"--config.model.vocab_size={args.vocab}", "--config.model.shake_factor=0.3",
         "--config.shake.variant=pos", f"--config.shake.layout={args.layout}",
         f"--config.train.loader_workers={workers}", f"--config.train.batch_size={args.batch}"]
-    return load_config(os.path.join(_common.ROOT, "tpu_configs", f"{preset}.py"), over)
+    return load_config(os.path.join(harness.ROOT, "tpu_configs", f"{preset}.py"), over)
 
 
 def transform_rate(cfg, n: int) -> float:
@@ -53,6 +57,14 @@ def transform_rate(cfg, n: int) -> float:
     return n / (time.process_time() - start)
 
 
+def drain(iterator, batches: int, batch: int) -> float:
+    """Examples per second (wall) of `batches` batches drawn from the loader."""
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return batches * batch / (time.perf_counter() - start)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,12 +75,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
-    import jax
-    import numpy as np
     from kjax.batches.loader import train_dataset
-    from kjax.parallel.mesh import put_batch
 
     base = config(args)
     seq = base.data.max_seq_len
@@ -76,44 +85,41 @@ def main():
     for w in map(int, args.workers.split(",")):
         it = iter(train_dataset(config(args, w)))
         next(it)   # workers started, shards open
-        loaders[w] = {"it": it, "rates": []}
-    step_cfg = _common.preset_config("uknowbert_s", seq, args.batch, "float32", [
+        loaders[f"loader[{w}]"] = lambda _, it=it: drain(it, args.batches, args.batch)
+    step_cfg = harness.preset_config("uknowbert_s", seq, args.batch, "float32", [
         "--config.model.vocab_size=32000", "--config.model.shake_factor=0.3",
         "--config.shake.variant=pos", f"--config.shake.layout={args.layout}",
         f"--config.data.max_predictions_per_seq={base.data.max_predictions_per_seq}"])
-    fn, state, mesh = _common.train_step(step_cfg)
-    batch = put_batch(_common.synthetic_batch(step_cfg, np.random.default_rng(0)), mesh)
-    state, m = fn(state, batch)
-    jax.block_until_ready(m)
-    load = _common.load_average()
-    transform, steps = [], []
-    for r in range(args.rounds):
-        transform.append(transform_rate(base, 200))
-        for w, lo in loaders.items():
-            start = time.perf_counter()
-            for _ in range(args.batches):
-                next(lo["it"])
-            lo["rates"].append(args.batches * args.batch / (time.perf_counter() - start))
-        state, per = _common.timed_steps(fn, state, batch, args.steps)
-        steps.append(args.batch / per)
-        print(f"round {r}: transform {transform[-1]:.0f} ex/CPU-s; " + "; ".join(
-            f"loader[{w}] {lo['rates'][-1]:.0f} ex/s" for w, lo in loaders.items())
-            + f"; step {steps[-1]:.1f} ex/s", flush=True)
+    step = harness.Step(step_cfg)
+    load = harness.load_average()
+    got = harness.alternate(
+        {"transform": lambda _: transform_rate(base, 200), **loaders,
+         "step": lambda n: args.batch / step.run(n)}, args.rounds, args.steps,
+        lambda r, got: print(f"round {r}: " + "; ".join(
+            f"{k} {v[-1]:.1f} ex/s" for k, v in got.items()), flush=True))
+    transform, steps = got.pop("transform"), got.pop("step")
     need, per_cpu = statistics.median(steps), statistics.median(transform)
     lines = ["| what | examples/s | ÷ UKNOW-small step |", "|---|---|---|",
              f"| transform, per CPU-second (1 process) | {per_cpu:.0f} | {per_cpu / need:.0f}× |"]
-    for w, lo in loaders.items():
-        rate = statistics.median(lo["rates"])
+    rows = [{"row": "transform, per CPU-second (1 process)",
+             "figures": {"examples_per_s": round(per_cpu, 1), "vs_step": round(per_cpu / need, 1)}}]
+    for w, rates in zip(args.workers.split(","), got.values()):
+        rate = statistics.median(rates)
         lines.append(f"| loader, train.loader_workers={w} (wall) | {rate:.0f} | "
                      f"{rate / need:.0f}× |")
+        rows.append({"row": f"loader, train.loader_workers={w} (wall)", "figures": {
+            "examples_per_s": round(rate, 1), "vs_step": round(rate / need, 1)}})
     lines.append(f"| UKNOW-small train step (uknowbert_s, fp32) | {need:.1f} | 1× |")
-    notes = (f"Data: {DATA} (the demo corpus, `kjax demo --uknowbert`'s preparation: multi-hot "
-             f"vocabulary of {args.vocab}, morpheme masking, Eq. 7–9 targets, hypernym/sense/"
-             f"verb targets from the shipped samples), B of the pos variant in the {args.layout} "
-             f"layout, rows of {seq} positions, batch {args.batch}; {args.rounds} alternating "
-             f"rounds, medians. Load average before/after: {load} / "
-             f"{_common.load_average()}.")
-    _common.record("loader on UKnowBERT inputs", "\n".join(lines), notes, args.no_record)
+    rows.append({"row": "UKNOW-small train step (uknowbert_s, fp32)", "preset": "uknowbert_s",
+                 "figures": {"examples_per_s": round(need, 2), "vs_step": 1.0}})
+    notes = (f"Data: {os.path.relpath(DATA, harness.ROOT)} (the demo corpus, `kjax demo "
+             f"--uknowbert`'s preparation: multi-hot vocabulary of {args.vocab}, morpheme "
+             f"masking, Eq. 7–9 targets, hypernym/sense/verb targets from the shipped samples), "
+             f"B of the pos variant in the {args.layout} layout, rows of {seq} positions, batch "
+             f"{args.batch}; {args.rounds} alternating rounds, medians.")
+    print("\n".join(lines) + "\n" + notes)
+    records.save(args, "loader", rows, load_before=load, notes=notes,
+                 shape={"seq": seq, "batch": args.batch, "dtype": "float32"})
 
 
 if __name__ == "__main__":

@@ -1,27 +1,32 @@
 """Compile time of the kjax train step vs depth, with and without nn.scan.
 
-    python benchmarks/compile.py                      # depths 4, 12, 24; hidden 64
-    python benchmarks/compile.py --depths 4,12,24 --hidden 768 --heads 12 --ffn 3072
+    python benchmarks/step/compile.py                 # depths 4, 12, 24; hidden 64
+    python benchmarks/step/compile.py --depths 4,12,24 --hidden 768 --heads 12 --ffn 3072
 
 Times trace + lower + XLA compile of the full train step (forward, backward,
 AdamW update) with `jitted.lower(abstract state, abstract batch).compile()`,
 nothing executed, no persistent cache. The hidden size is small by default
 so the figures show what depth costs; XLA's time grows with the number of
 ops, which scan keeps constant in depth (one layer body in a while loop) and
-an unrolled stack multiplies. Target: 24 layers ≤ 1.3× 4 layers with scan.
+an unrolled stack multiplies. One record per depth and stack
+(benchmarks/results/compile.jsonl).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 
 def compile_seconds(config) -> tuple[float, float]:
     """(trace + lower seconds, XLA compile seconds) of one fresh train step."""
     start = time.perf_counter()
-    lowered = _common.lower_train_step(config)
+    lowered = harness.lower_step(config)
     traced = time.perf_counter() - start
     lowered.compile()
     return traced, time.perf_counter() - start - traced
@@ -38,16 +43,16 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--remat", default="none", help="model.remat_policy")
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
     import jax
     jax.config.update("jax_enable_compilation_cache", False)
     depths = [int(x) for x in args.depths.split(",")]
-    load_before = _common.load_average()
+    load_before = harness.load_average()
     rows = {}
     for depth in depths:          # interleave scan / unrolled so load drifts hit both
         for scan in (True, False):
-            config = _common.preset_config("uknow_small", args.seq, args.batch, "float32", [
+            config = harness.preset_config("uknow_small", args.seq, args.batch, "float32", [
                 f"--config.model.num_layers={depth}", f"--config.model.hidden_size={args.hidden}",
                 f"--config.model.num_heads={args.heads}",
                 f"--config.model.intermediate_size={args.ffn}",
@@ -71,9 +76,18 @@ def main():
     notes = (f"Train step (fwd + bwd + AdamW), hidden {args.hidden}, {args.heads} heads, FFN "
              f"{args.ffn}, vocab {args.vocab}, seq {args.seq}, batch {args.batch}, remat "
              f"{args.remat}. With scan, {depths[-1]} layers take **{ratio:.2f}×** the "
-             f"{depths[0]}-layer compile (target ≤ 1.3×: {'holds' if ratio <= 1.3 else 'MISSED'})"
-             f". Load average before/after: {load_before} / {_common.load_average()}.")
-    _common.record("compile", "\n".join(lines), notes, args.no_record)
+             f"{depths[0]}-layer compile.")
+    print("\n".join(lines) + "\n" + notes)
+    found = [{"row": f"{depth} layers, {'scan' if scan else 'unrolled'}",
+              "overrides": [f"model.num_layers={depth}", f"model.scan_layers={scan}"],
+              "figures": {"trace_lower_s": round(rows[depth, scan][0], 1),
+                          "compile_s": round(rows[depth, scan][1], 1),
+                          "total_s": round(sum(rows[depth, scan]), 1),
+                          "vs_first_depth": round(sum(rows[depth, scan]) / base[scan], 3)}}
+             for depth in depths for scan in (True, False)]
+    records.save(args, "compile", found, load_before=load_before, notes=notes,
+                 preset="uknow_small", shape={"seq": args.seq, "batch": args.batch,
+                                              "dtype": "float32", "hidden": args.hidden})
 
 
 if __name__ == "__main__":

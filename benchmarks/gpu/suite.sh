@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# The accelerator benchmark (benchmarks/accelerator.py, issues 24 and 33) on a
-# fresh CUDA machine where nothing can be installed from a registry: kjax's
-# missing pure-Python wheels and the HF Flax peer's come along in .whl/ (made
-# here by `bash benchmarks/accelerator.sh --fetch` on a machine with network),
-# are installed with --no-deps --target into /tmp, and the parts run within
-# their budget. benchmarks/device_run.md has the one `run` call.
+# The GPU suite (benchmarks/gpu/suite.py) on a CUDA machine that cannot reach a
+# package registry: kjax's missing pure-Python wheels and the HF Flax peer's
+# come along in .whl/ (made by `bash benchmarks/gpu/suite.sh --fetch` on a
+# machine with network), are installed with --no-deps --target into /tmp, and
+# the parts run within their budget. benchmarks/gpu/README.md explains it.
 #
-#   bash benchmarks/accelerator.sh --fetch      # here: download the wheels into .whl/
-#   bash benchmarks/accelerator.sh --quick      # there: (a) + (c), ≤ 5 min
-#   bash benchmarks/accelerator.sh              # there: the full set, ≤ 9 min
-#   bash benchmarks/accelerator.sh --parts m    # there: modern_base's compile, ≤ 7 min
+#   bash benchmarks/gpu/suite.sh --fetch      # with network: the wheels into .whl/
+#   bash benchmarks/gpu/suite.sh --quick      # on the GPU machine: (a) + (c), ≤ 5 min
+#   bash benchmarks/gpu/suite.sh              # the full set, ≤ 9 min
+#   bash benchmarks/gpu/suite.sh --parts m    # modern_base's start → first step, ≤ 7 min
 #
-# Results: $OUT/accelerator.md (and part logs); append it to docs/PERFORMANCE.md
-# here with `python benchmarks/accelerator.py --append FILE`.
+# Results: $OUT/gpu_suite.md, the part logs, and the records in $OUT/results
+# (merge them into benchmarks/results with `python benchmarks/report.py --merge
+# $OUT/results`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 WHEELS=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp
         --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64)
 if [[ "${1:-}" == "--fetch" ]]; then
@@ -29,7 +29,7 @@ if [[ "${1:-}" == "--fetch" ]]; then
   ls .whl/kjax .whl/train .whl/peer
   exit 0
 fi
-OUT=${OUT:-runs/accelerator}
+OUT=${OUT:-runs/gpu_suite}
 SITE=/tmp/kjax_site
 PEER=/tmp/kjax_peer
 mkdir -p "$OUT"
@@ -61,6 +61,7 @@ fi
 export PYTHONPATH="$SITE:$PWD" XLA_PYTHON_CLIENT_PREALLOCATE=false
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-# accelerator.py keeps its own budget (290 s --quick, 540 s full, 420 s for m);
-# this is the backstop under the `run` call's timeout_s of 600
-timeout 575 python3 benchmarks/accelerator.py --out "$OUT" --no-record "${PEER_ARGS[@]}" "$@"
+# suite.py keeps its own budget (290 s --quick, 540 s full, 420 s for m); this
+# is the backstop for a run that must end within 10 minutes
+timeout 575 python3 benchmarks/gpu/suite.py --out "$OUT" --results "$OUT/results" \
+  "${PEER_ARGS[@]}" "$@"

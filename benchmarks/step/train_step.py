@@ -1,14 +1,14 @@
 """Train-step throughput: tokens/s, step time, peak memory and MFU of kjax
 presets on synthetic batches (no input pipeline in the loop), on whatever
 devices JAX sees, for model variants run alternately in one invocation.
-Prints a table and appends a dated, machine-described record to
-docs/PERFORMANCE.md (pass --no-record to skip).
+Prints a table and writes one record per variant (benchmarks/results/
+train_step.jsonl; --no-record: print only).
 
-    python benchmarks/train_step.py --preset uknow_small --seq 128 --batch 32
-    python benchmarks/train_step.py --preset uknow_small --shake both          # Eq. 1 off vs on
-    python benchmarks/train_step.py --preset uknow_small --knowledge both      # multi-hot, heads off/on
-    python benchmarks/train_step.py --preset bert_base --seq 512 --batch 8 --dtype bfloat16
-    python benchmarks/train_step.py --preset bert_base --batch 4 --dtype float32 \
+    python benchmarks/step/train_step.py --preset uknow_small --seq 128 --batch 32
+    python benchmarks/step/train_step.py --preset uknow_small --shake both       # Eq. 1 off vs on
+    python benchmarks/step/train_step.py --preset uknow_small --knowledge both   # multi-hot, heads off/on
+    python benchmarks/step/train_step.py --preset bert_base --seq 512 --batch 8 --dtype bfloat16
+    python benchmarks/step/train_step.py --preset bert_base --batch 4 --dtype float32 \\
         --compare unrolled:--config.model.scan_layers=False
 
 Variants: --shake on adds B to the batch (float8 [seq, seq] per example, a
@@ -29,10 +29,13 @@ measured between the rounds (so the peak sees the same machine load).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
-import time
+import sys
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 SHAKE = ["--config.model.shake_factor=1.0", "--config.shake.variant=random"]
 MULTIHOT = ["--config.model.input_mode=multihot", "--config.tokenizer.scheme=multihot",
@@ -63,31 +66,6 @@ def variants(args) -> list[tuple[str, list[str]]]:
     return out
 
 
-class Variant:
-    def __init__(self, config):
-        import numpy as np
-        from kjax.parallel.mesh import make_mesh, on_mesh, put_batch
-        from kjax.train.state import init_state, make_model, make_optimizer
-        from kjax.train.step import make_train_step
-        self.config = config
-        mesh = make_mesh(config)
-        model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
-        self.state, shardings = init_state(config, mesh, model, tx)
-        step = make_train_step(config, mesh, model, tx, shardings)
-        self.batch = put_batch(_common.synthetic_batch(config, np.random.default_rng(0)), mesh)
-        start = time.perf_counter()
-        with on_mesh(mesh, config):
-            self.step = step.jitted.lower(self.state, self.batch).compile()
-        self.compile_s = time.perf_counter() - start
-        self.peak_bytes = _common.peak_bytes(self.step)
-        self.times = []
-        self.run(1)  # first execution (allocations) outside the timing
-
-    def run(self, steps: int) -> float:
-        self.state, seconds = _common.timed_steps(self.step, self.state, self.batch, steps)
-        return seconds
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,52 +83,54 @@ def main():
                          "'unrolled:--config.model.scan_layers=False'")
     ap.add_argument("--steps", type=int, default=3, help="steps per variant per round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
     from kjax.train.metrics import measure_matmul_flops, peak_flops
-    from kjax.train.step import flops_per_example
-    runs = []
+    runs = {}
     for preset in args.preset or ["demo", "uknow_small"]:
         for name, extra in variants(args):
             if args.remat:
                 extra = extra + [f"--config.model.remat_policy={args.remat}"]
-            config = _common.preset_config(preset, args.seq, args.batch, args.dtype, extra)
-            runs.append((preset, name, Variant(config)))
-            print(f"{preset} / {name}: compiled in {runs[-1][2].compile_s:.1f} s", flush=True)
-    load_before = _common.load_average()
-    peak, source = peak_flops(runs[0][2].config)
+            config = harness.preset_config(preset, args.seq, args.batch, args.dtype, extra)
+            runs[f"{preset} / {name}"] = (preset, name, extra, harness.Step(config))
+            print(f"{preset} / {name}: compiled in {runs[f'{preset} / {name}'][3].compile_s:.1f} s",
+                  flush=True)
+    load_before = harness.load_average()
+    first = next(iter(runs.values()))[3]
+    peak, source = peak_flops(first.config)
     peaks = [peak]
-    for r in range(args.rounds):
-        for _, _, v in runs:
-            v.times.append(v.run(args.steps))
+
+    def on_round(r, times):
         if source == "measured matmul":  # the CPU 'peak' is measured in every round too
-            peaks.append(measure_matmul_flops(runs[0][2].config.model.dtype))
-        print(f"round {r}: " + ", ".join(f"{p}/{n} {1000 * v.times[-1]:.0f} ms"
-                                         for p, n, v in runs) + f"; matmul "
-              f"{peaks[-1] / 1e12:.3f} TFLOP/s", flush=True)
+            peaks.append(measure_matmul_flops(first.config.model.dtype))
+        print(f"round {r}: " + ", ".join(f"{k} {1000 * v[-1]:.0f} ms" for k, v in times.items())
+              + f"; matmul {peaks[-1] / 1e12:.3f} TFLOP/s", flush=True)
+    times = harness.alternate({k: v[3] for k, v in runs.items()}, args.rounds, args.steps,
+                              on_round)
     peak = statistics.median(peaks)
-    header = ("| preset | variant | dtype | seq | batch | compile s | step ms | vs first (per-round range) | "
-              "tokens/s | peak mem GiB | TFLOP/s | MFU | peak |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    lines, first = [], {}
-    for preset, name, v in runs:
-        c = v.config
-        step_s = statistics.median(v.times)
-        first.setdefault(preset, v.times)  # per-round ratios to the preset's first variant
-        ratios = [t / f for t, f in zip(v.times, first[preset])]
-        flops = flops_per_example(c.model, c.data.max_seq_len,
-                                  c.data.max_predictions_per_seq) * c.train.batch_size
-        lines.append(
-            f"| {preset} | {name} | {c.model.dtype} | {args.seq} | {args.batch} | "
-            f"{v.compile_s:.1f} | {1000 * step_s:.1f} | {statistics.median(ratios):.2f}× "
-            f"({min(ratios):.2f}–{max(ratios):.2f}) | "
-            f"{args.batch * args.seq / step_s:.0f} | {v.peak_bytes / 2**30:.3f} | "
-            f"{flops / step_s / 1e12:.3f} | {flops / step_s / peak:.1%} | "
-            f"{peak / 1e12:.3f} TFLOP/s ({source}) |")
+    lines = ["| preset | variant | dtype | seq | batch | compile s | step ms | vs first "
+             "(per-round range) | tokens/s | peak mem GiB | MFU | peak |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows, firsts = [], {}
+    for key, (preset, name, extra, step) in runs.items():
+        firsts.setdefault(preset, key)   # ratios to the preset's first variant
+        ratios = [t / f for t, f in zip(times[key], times[firsts[preset]])]
+        fig = step.figures(statistics.median(times[key]), (round(peak), source))
+        fig.update(vs_first=round(statistics.median(ratios), 3),
+                   vs_first_low=round(min(ratios), 3), vs_first_high=round(max(ratios), 3))
+        c = step.config
+        lines.append(f"| {preset} | {name} | {c.model.dtype} | {args.seq} | {args.batch} | "
+                     f"{fig['compile_s']:.1f} | {fig['ms']:.1f} | {fig['vs_first']:.2f}× "
+                     f"({fig['vs_first_low']:.2f}–{fig['vs_first_high']:.2f}) | "
+                     f"{fig['tokens_per_s']} | {fig['peak_gib']:.3f} | {fig['mfu']:.1%} | "
+                     f"{peak / 1e12:.3f} TFLOP/s ({source}) |")
+        rows.append({"row": name, "preset": preset, "overrides": harness.overrides_of(extra),
+                     "shape": {"seq": args.seq, "batch": args.batch, "dtype": c.model.dtype},
+                     "figures": fig})
     notes = (f"{args.rounds} rounds × {args.steps} steps per variant, alternating; median round"
-             f"{'; CPU peak = median matmul FLOP/s over the rounds' if len(peaks) > 1 else ''}. "
-             f"Load average before/after: {load_before} / {_common.load_average()}.")
-    _common.record("train_step", "\n".join([header, *lines]), notes, args.no_record)
+             f"{'; CPU peak = median matmul FLOP/s over the rounds' if len(peaks) > 1 else ''}.")
+    print("\n".join(lines) + "\n" + notes)
+    records.save(args, "train_step", rows, load_before=load_before, notes=notes)
 
 
 if __name__ == "__main__":

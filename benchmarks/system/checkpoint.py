@@ -2,8 +2,8 @@
 restore of the BERT-base train state (params + AdamW moments, 1.3 GB in
 float32), with fingerprints and without, taking turns in the same run.
 
-    python benchmarks/checkpoint.py                   # BERT-base, 3 rounds
-    python benchmarks/checkpoint.py --shape uknow_small --rounds 5 --no-record
+    python benchmarks/system/checkpoint.py            # BERT-base, 3 rounds
+    python benchmarks/system/checkpoint.py --shape uknow_small --rounds 5 --no-record
 
 Columns: `save` is the time the training loop is blocked in
 Checkpointer.save (fingerprints are only started there: zero-copy views or
@@ -12,7 +12,7 @@ step (the whole checkpoint time; the sums run on a second thread meanwhile
 and the record waits for them), `restore` reads and places every array
 (and, when verified, sums them again and compares). "Without" is the same Checkpointer
 with the fingerprint functions replaced by no-ops. `fingerprint` times the
-sums alone. The issue's budget: ≤ 2 % of the checkpoint time.
+sums alone. Records: benchmarks/results/checkpoint.jsonl.
 """
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ import os
 import shutil
 import statistics
 import tempfile
+import sys
 import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 
 def run_round(ckpt_dir, state, target, step, fingerprints: bool) -> dict:
@@ -58,37 +61,44 @@ def run_round(ckpt_dir, state, target, step, fingerprints: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", default="bert_base", choices=sorted(_common.SHAPES))
+    ap.add_argument("--shape", default="bert_base", choices=sorted(harness.SHAPES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where to write (default: a temp folder)")
-    ap.add_argument("--no-record", action="store_true", help="do not append to PERFORMANCE.md")
+    records.add_arguments(ap)
     args = ap.parse_args()
     import jax
     from kjax.checkpoint import fingerprint
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
     preset = "bert_base" if args.shape == "bert_base" else "uknow_small"
-    config = _common.preset_config(preset, 128, 8, "float32", ["--config.mesh.data=1"])
+    config = harness.preset_config(preset, 128, 8, "float32", ["--config.mesh.data=1"])
     mesh = make_mesh(config, jax.devices()[:1])
     model, tx = make_model(config, False), make_optimizer(config.train)
     state, _ = init_state(config, mesh, model, tx)
     target, _ = abstract_state(config, mesh, model, tx)
     nbytes = sum(x.nbytes for x in jax.tree.leaves(state))
     root = args.dir or tempfile.mkdtemp(prefix="kjax-ckpt-bench-")
-    runs = {True: [], False: []}
-    fp_times = []
+    fp_times, load_before = [], harness.load_average()
+
+    def side(verified: bool):
+        d = os.path.join(root, f"{'with' if verified else 'without'}")
+
+        def run(_steps):
+            shutil.rmtree(d, ignore_errors=True)
+            return run_round(d, state, target, len(fp_times) + 1, verified)
+        return run
+
+    def sums_alone(r, got):
+        start = time.perf_counter()
+        fingerprint.partial_sums(state)
+        fp_times.append(time.perf_counter() - start)
     try:
         from kjax.checkpoint.manager import all_finite
         all_finite(state["params"])  # warm-up: the NaN guard's eager ops compile once
         fingerprint.partial_sums(state)
-        for r in range(args.rounds):
-            for verified in (r % 2 == 0, r % 2 != 0):  # alternate which goes first
-                d = os.path.join(root, f"{'with' if verified else 'without'}")
-                shutil.rmtree(d, ignore_errors=True)
-                runs[verified].append(run_round(d, state, target, r + 1, verified))
-            start = time.perf_counter()
-            fingerprint.partial_sums(state)
-            fp_times.append(time.perf_counter() - start)
+        # which variant goes first alternates from round to round
+        runs = harness.alternate({True: side(True), False: side(False)}, args.rounds, 1,
+                                 sums_alone, swap=True)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -117,7 +127,14 @@ def main() -> None:
              f"writes. A restore verifies synchronously: +{fp * 1e3:.0f} ms, "
              f"{fp / med[False]['restore']:.1%} of the restore. Committed and restore times are "
              f"disk-bound and noisy on a shared machine.")
-    _common.record("checkpoint", "\n".join(rows), notes, args.no_record)
+    print("\n".join(rows) + "\n" + notes)
+    found = [{"row": name, "figures": {f"{k}_s": round(med[v][k], 3) for k in keys}}
+             for v, name in ((False, "without fingerprints"), (True, "with fingerprints"))]
+    found.append({"row": "paired difference", "figures": {
+        **{f"{k}_s": round(paired[k], 3) for k in keys},
+        "sums_alone_s": round(fp, 3), "state_gb": round(nbytes / 1e9, 2)}})
+    records.save(args, "checkpoint", found, load_before=load_before, notes=notes,
+                 preset=preset)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@ steps, aggregated per kernel: ms per step, share of the device time,
 launches per step and the HLO instruction each kernel came from (with what
 that instruction is: a fusion's root op and shape, a custom call's target).
 
-    python benchmarks/profile_step.py --config bert_base --seq 512 --batch 32 \\
+    python benchmarks/step/profile_step.py --config bert_base --seq 512 --batch 32 \\
         --dtype bfloat16 --steps 3
-    python benchmarks/profile_step.py --config tpu_configs/demo.py \\
+    python benchmarks/step/profile_step.py --config tpu_configs/demo.py \\
         --config.model.scan_unroll=0 --config.train.dropout_rng=rbg --by op
-    python benchmarks/profile_step.py --trace runs/profile/plugins   # re-read a trace
+    python benchmarks/step/profile_step.py --trace runs/profile/plugins   # re-read a trace
 
 --config takes a preset name (tpu_configs/NAME.py) or a path; every
 `--config.KEY=VALUE` after it overrides as in `kjax train`. The step runs on
@@ -17,7 +17,8 @@ the kernels of the device's streams (the cuDNN/cuBLAS kernels named by their
 library, XLA's fusions by their HLO name); on CPU they are XLA's thunks on
 the host threads, so the same table answers there too. Written to --out:
 the trace (open it in Perfetto or TensorBoard), `profile.md` (the tables)
-and `step.hlo.txt.gz` (the optimized HLO the "HLO op" column names).
+and `step.hlo.txt.gz` (the optimized HLO the "HLO op" column names); a
+record per kernel family to benchmarks/results/profile_step.jsonl.
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ import json
 import os
 import re
 import sys
-import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 # Kernel-name patterns → the families docs/PERFORMANCE.md talks about; the
 # first match wins (a cuDNN GEMM is "attention (cuDNN)" only by its sdpa name).
@@ -167,6 +169,16 @@ def family(name: str) -> str:
     return next(f for f, pattern in FAMILIES if re.search(pattern, low))
 
 
+def families(rows: list[dict], hlo: dict[str, str]) -> list[tuple[str, float, float]]:
+    """(family, ms per step, share) of the summed device time, largest first."""
+    fams: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0])
+    for r in rows:
+        f = family(" ".join([r["name"], *r["ops"], *(hlo.get(o, "") for o in r["ops"])]))
+        fams[f][0] += r["ms_step"]
+        fams[f][1] += r["share"]
+    return [(f, ms, share) for f, (ms, share) in sorted(fams.items(), key=lambda kv: -kv[1][0])]
+
+
 def tables(rows: list[dict], steps: int, hlo: dict[str, str], top: int, by: str) -> str:
     """The per-kernel table (top rows + one row for the rest: shares sum to
     100 %) and the per-family summary."""
@@ -185,14 +197,8 @@ def tables(rows: list[dict], steps: int, hlo: dict[str, str], top: int, by: str)
         head.append(f"| {sum(r['ms_step'] for r in rest):.3f} | "
                     f"{sum(r['share'] for r in rest):.1%} | {sum(r['per_step'] for r in rest):g} "
                     f"| ({len(rest)} more) | – |")
-    fams: dict[str, list] = collections.defaultdict(lambda: [0.0, 0.0])
-    for r in rows:
-        f = family(" ".join([r["name"], *r["ops"], *(hlo.get(o, "") for o in r["ops"])]))
-        fams[f][0] += r["ms_step"]
-        fams[f][1] += r["share"]
     summary = ["| family | ms/step | share |", "|---|---|---|"] + [
-        f"| {f} | {ms:.3f} | {share:.1%} |" for f, (ms, share) in
-        sorted(fams.items(), key=lambda kv: -kv[1][0])]
+        f"| {f} | {ms:.3f} | {share:.1%} |" for f, ms, share in families(rows, hlo)]
     return (f"Device time summed per step: **{total_ms:.2f} ms** ({steps} steps traced).\n\n"
             + "\n".join(summary) + "\n\n" + "\n".join(head))
 
@@ -201,36 +207,29 @@ def profile(config, steps: int, out: str) -> dict:
     """Compile the train step of `config`, run it twice, trace `steps` steps
     into `out`; returns timings and the compiled HLO text."""
     import jax
-    import numpy as np
-    from kjax.parallel.mesh import on_mesh, put_batch
-    step, state, mesh = _common.train_step(config)
-    batch = put_batch(_common.synthetic_batch(config, np.random.default_rng(0)), mesh)
-    start = time.perf_counter()
-    with on_mesh(mesh, config):
-        compiled = step.jitted.lower(state, batch).compile()
-    compile_s = time.perf_counter() - start
-    print(json.dumps({"phase": "compile", "s": round(compile_s, 2)}), file=sys.stderr, flush=True)
-    state, first_s = _common.timed_steps(compiled, state, batch, 1)
-    state, _ = _common.timed_steps(compiled, state, batch, 1)
+    def on_phase(name, seconds, **_):
+        if name == "compile":
+            print(json.dumps({"phase": name, "s": round(seconds, 2)}), file=sys.stderr, flush=True)
+    step = harness.Step(config, on_phase)
+    step.run(1)
     with jax.profiler.trace(out):
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation("train", step_num=i):
-                state, metrics = compiled(state, batch)
-                jax.block_until_ready((state, metrics))
-    return {"compile_s": compile_s, "first_step_s": first_s, "hlo": compiled.as_text(),
-            "device": jax.devices()[0].device_kind}
+                step.run(1)
+    return {"compile_s": step.compile_s, "first_step_s": step.first_step_s,
+            "hlo": step.compiled.as_text(), "device": jax.devices()[0].device_kind}
 
 
 def load(spec: str, extra: list[str], seq: int | None, batch: int | None, dtype: str | None):
-    """A preset name (with --seq/--batch: _common.preset_config's sizes, 15 %
+    """A preset name (with --seq/--batch: harness.preset_config's sizes, 15 %
     predictions) or a config file, then the --config.KEY=V overrides."""
     from kjax.config import load_config
     if not spec.endswith(".py"):
         if seq or batch:
-            base = load_config(os.path.join(_common.ROOT, "tpu_configs", f"{spec}.py"))
-            return _common.preset_config(spec, seq or base.data.max_seq_len,
+            base = load_config(os.path.join(harness.ROOT, "tpu_configs", f"{spec}.py"))
+            return harness.preset_config(spec, seq or base.data.max_seq_len,
                                          batch or base.train.batch_size, dtype, extra)
-        spec = os.path.join(_common.ROOT, "tpu_configs", f"{spec}.py")
+        spec = os.path.join(harness.ROOT, "tpu_configs", f"{spec}.py")
     sizes = [f"--config.data.max_seq_len={seq}"] if seq else []
     sizes += [f"--config.train.batch_size={batch}"] if batch else []
     sizes += [f"--config.model.dtype={dtype}"] if dtype else []
@@ -248,9 +247,10 @@ def main(argv=None):
     ap.add_argument("--by", choices=("kernel", "op"), default="kernel",
                     help="a row per kernel name, or per HLO instruction")
     ap.add_argument("--top", type=int, default=40, help="rows shown; the rest in one row")
-    ap.add_argument("--out", default=os.path.join(_common.ROOT, "runs", "profile"))
+    ap.add_argument("--out", default=os.path.join(harness.ROOT, "runs", "profile"))
     ap.add_argument("--trace", help="only aggregate an existing trace folder or file "
                     "(--steps: how many steps it holds)")
+    records.add_arguments(ap)
     args, extra = ap.parse_known_args(argv)
     bad = [e for e in extra if not e.startswith("--config.")]
     if bad:
@@ -285,6 +285,14 @@ def main(argv=None):
     with open(os.path.join(args.out, "profile.md"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
     print(text, flush=True)
+    if not args.trace:   # a record per family of kernels, for the profiled config
+        records.save(args, "profile_step", [
+            {"row": f, "figures": {"ms": round(ms, 3), "share": round(share, 4)}}
+            for f, ms, share in families(rows, hlo)],
+            preset=args.config, overrides=harness.overrides_of(extra),
+            shape={"seq": config.data.max_seq_len, "batch": config.train.batch_size,
+                   "dtype": config.model.dtype},
+            notes=f"{args.steps} steps traced; device time per step summed per kernel family.")
 
 
 if __name__ == "__main__":

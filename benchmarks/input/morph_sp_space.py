@@ -1,4 +1,4 @@
-"""Should `morph-sp` emit bare "▁" pieces? (issue 15, item 6)
+"""Should `morph-sp` emit bare "▁" pieces?
 
 morph-sp marks the first morpheme of every eojeol with sentencepiece's "▁"
 (kjax/tokens/morph_sp.py). When "▁form" is not a piece, sentencepiece spells
@@ -7,9 +7,9 @@ row and column of SHAKE's B) and says only "a word starts here". Three
 encodings of the same text, with vocabularies of one size trained on the same
 KLUE dev sentences, measured on the KorQuAD dev paragraphs (held out):
 
-    marks       kjax before issue 15: ▁ on eojeol starts, bare ▁ when needed
+    marks       ▁ on eojeol starts, bare ▁ when needed
                 (MorphSPTokenizer(bare_word_starts=True))
-    drop-bare   kjax now: the same vocabulary, bare ▁ tokens dropped at
+    drop-bare   kjax's encoding: the same vocabulary, bare ▁ tokens dropped at
                 encoding: the word start of those morphemes is not shown
     no-marks    units without ▁ (trained and encoded): no word starts at all
 
@@ -17,7 +17,9 @@ plus plain sentencepiece of the same size. Columns: positions per morpheme
 (sequence length), bare ▁ share, morphemes split into >= 2 real pieces, and
 the share of eojeols whose start the tokens still show.
 
-    python benchmarks/morph_sp_space.py [--vocab 6000] [--max-texts N]
+    python benchmarks/input/morph_sp_space.py [--vocab 6000] [--max-texts N]
+
+One record per text and encoding (benchmarks/results/morph_sp_space.jsonl).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import records  # noqa: E402
 from klue_text import klue_sentences, korquad_contexts  # noqa: E402
 
 from kjax.morph import KoreanAnalyzer  # noqa: E402
@@ -80,6 +83,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab", type=int, default=6000)
     ap.add_argument("--max-texts", type=int, default=0)
+    records.add_arguments(ap)
     args = ap.parse_args()
     cap = (lambda xs: xs[:args.max_texts]) if args.max_texts else (lambda xs: xs)  # noqa: E731
     train, held_out = cap(klue_sentences(("nli", "sts", "ner"))), cap(korquad_contexts())
@@ -94,14 +98,22 @@ def main():
           f"measured on them and on {len(held_out):,} KorQuAD dev paragraphs\n")
     print("| text | encoding | positions/morpheme | bare ▁ tokens | split morphemes | "
           "[UNK] tokens | word starts shown | tokens |\n|---|---|---|---|---|---|---|---|")
+    rows = []
     for text, sentences in (("KLUE (training)", train), ("KorQuAD (held out)", held_out)):
         for name, tok in variants.items():
             s = measure(tok, sentences, analyzer).summary()
-            shown = "—" if name == "sentencepiece" else \
-                f"{100 * word_starts_shown(tok, sentences, analyzer):.1f}%"
+            shown = None if name == "sentencepiece" else \
+                word_starts_shown(tok, sentences, analyzer)
             print(f"| {text} | {name} | {s['tokens_per_morpheme']:.3f} | "
                   f"{100 * s['bare_space_share']:.2f}% | {100 * s['split_share']['all']:.2f}% | "
-                  f"{100 * s['unk_token_rate']:.3f}% | {shown} | {s['tokens']:,} |")
+                  f"{100 * s['unk_token_rate']:.3f}% | "
+                  f"{'—' if shown is None else f'{100 * shown:.1f}%'} | {s['tokens']:,} |")
+            rows.append({"row": f"{text}: {name}", "figures": {
+                "tokens_per_morpheme": round(s["tokens_per_morpheme"], 4),
+                "bare_space_share": s["bare_space_share"], "split_share": s["split_share"]["all"],
+                "unk_token_rate": s["unk_token_rate"], "word_starts_shown": shown,
+                "tokens": s["tokens"]}})
+    records.save(args, "morph_sp_space", rows, vocab_size=args.vocab)
 
 
 if __name__ == "__main__":

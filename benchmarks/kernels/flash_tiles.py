@@ -6,29 +6,33 @@ H100 described to this CPU host (.ci/h100_sxm.txtpb, jax's CUDA plugin, as
 `make gpu-check`); XLA dumps each kernel's PTX and ptxas (from jax's CUDA
 wheels) assembles it for sm_90a: registers per thread, bytes spilled, the
 kernel's wgmma instructions and whether ptxas serialized them for lack of
-registers (kjax/pretrain/ptx_checks.py). Each candidate tiling of one kernel
+registers (kjax/compile_checks/ptx.py). Each candidate tiling of one kernel
 is compiled with the other two kernels at their defaults
 (kjax/model/flash_tiles.py), for each case. Not timings: which tilings
 spill is decided here, which of the clean ones is fastest needs a GPU
-(`benchmarks/attention.py --grid --tiles ...`).
+(`benchmarks/kernels/attention.py --grid --tiles ...`).
 
-    build/gpu-venv/bin/python benchmarks/flash_tiles.py                # every candidate
-    build/gpu-venv/bin/python benchmarks/flash_tiles.py --kernels dkv \\
+    build/gpu-venv/bin/python benchmarks/kernels/flash_tiles.py        # every candidate
+    build/gpu-venv/bin/python benchmarks/kernels/flash_tiles.py --kernels dkv \\
         --candidates 64,64,4,2 128,128,4,2 --cases dropout
 
 A candidate is outer,inner,warps,stages (kjax.model.flash_tiles.Tiles).
 Cases: plain (padding only); dropout (attention dropout 0.1); shaken
 (dropout 0.1 + pairs B + packed segments + a local window of seq / 4, as
-modern_base's local layers: the most a tile computes).
+modern_base's local layers: the most a tile computes). One record per
+kernel, tiling and case (benchmarks/results/flash_tiles.jsonl).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 KERNELS = {"forward": "shake_flash_forward", "dq": "shake_flash_dq", "dkv": "shake_flash_dkv"}
 CANDIDATES = ["128,128,4,2", "128,128,8,2", "128,64,4,2", "128,64,8,2", "128,32,4,2",
@@ -78,15 +82,16 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=4096, help="batch × seq (default: %(default)s)")
     ap.add_argument("--head-dim", type=int, default=64, help="BERT's 64 (default) or 128, ...")
+    records.add_arguments(ap)
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
     from kjax.model.flash_tiles import Tiles, kernel_tiles
-    from kjax.pretrain.ptx_checks import dumped_kernels, find_ptxas
+    from kjax.compile_checks.ptx import dumped_kernels, find_ptxas
     ptxas = find_ptxas()
     if ptxas is None:
         raise SystemExit("flash_tiles: no ptxas (jax's CUDA wheels): run it with "
                          "build/gpu-venv/bin/python (`make gpu-check` builds it)")
-    devices = _common.h100_devices()
+    devices = harness.step.h100_devices()
     defaults = kernel_tiles(args.seq, triton=True, head_dim=args.head_dim)
     print(f"seq {args.seq}, batch × seq {args.tokens}, 12 heads × {args.head_dim}, bf16, sm_90a; "
           f"defaults (forward, dq, dk/dv): "
@@ -95,7 +100,7 @@ def main():
     print("| kernel | outer × inner | warps | stages | case | registers | spilled bytes "
           "(stores / loads) | wgmma | serialized |")
     print("|---|---|---|---|---|---|---|---|---|")
-    start = time.perf_counter()
+    start, rows = time.perf_counter(), []
     for kernel in args.kernels:
         slot = list(KERNELS).index(kernel)
         for text in args.candidates:
@@ -110,7 +115,13 @@ def main():
                       f"{tile.num_stages} | {case} | {info['registers']} | "
                       f"{info['spill_stores']} / {info['spill_loads']} | {info['wgmma']} | "
                       f"{'**yes**' if info['wgmma_serialized'] else 'no'} |", flush=True)
+                rows.append({"row": f"{kernel} {text}, {case}", "figures": {
+                    k: info[k] for k in ("registers", "spill_stores", "spill_loads", "wgmma",
+                                         "wgmma_serialized")}})
     print(f"\n{time.perf_counter() - start:.0f} s")
+    records.save(args, "flash_tiles", rows, target="H100 SXM (sm_90a), compiled deviceless",
+                 shape={"seq": args.seq, "tokens": args.tokens, "heads": 12,
+                        "head_dim": args.head_dim, "dtype": "bfloat16"})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""The peer side of benchmarks/peer.py: HF transformers' FlaxBertForPreTraining
-train step, run inside the peer virtual environment (no kjax import).
+"""The HF Flax peer of benchmarks/step/peer.py (harness.peers.FlaxBertPeer):
+transformers' FlaxBertForPreTraining train step, run inside the peer's
+virtual environment (no kjax import).
 
-    runs/peer_venv/bin/python benchmarks/_peer_worker.py '{"vocab_size": ..., ...}'
+    runs/peer_venv/bin/python benchmarks/harness/flax_bert_worker.py '{"vocab_size": ..., ...}'
 
 Builds the model and a jitted, state-donating AdamW step with the settings
 kjax uses (the same optax chain: global-norm clip, AdamW with weight decay on

@@ -1,6 +1,7 @@
-"""Why does `modern_base` (seq 1024 batch 16) take more than 55 s from
-start to its first step on a GPU when the same program compiles deviceless
-in 26 s on 2 CPU cores (issue 33, item 4)? Each variant runs in its own
+"""Where does the time from process start to the first step go? modern_base
+(seq 1024 batch 16, no remat) on this machine's accelerator, phase by phase,
+per compile variant (on an H200 the start took 82 s, 60 of them the jitted
+parameter init; docs/PERFORMANCE.md). Each variant runs in its own
 process with its own time limit and prints every phase the moment it ends,
 so a variant cut off still says where its time went:
 
@@ -22,9 +23,12 @@ attention), and XLA flags: --xla_gpu_autotune_level=0,
 CUDA graphs), --xla_gpu_enable_cublaslt=true. An XLA flag this jaxlib does
 not know ends its variant at start ("failed: Unknown flags"), not the run.
 
-    python benchmarks/modern_compile.py --out runs/modern_compile      # GPU sizes
-    JAX_PLATFORMS=cpu python benchmarks/modern_compile.py --tiny        # CPU check
-    bash benchmarks/accelerator.sh --parts m                            # lent GPU
+    python benchmarks/step/modern_compile.py --out runs/modern_compile   # GPU sizes
+    JAX_PLATFORMS=cpu python benchmarks/step/modern_compile.py --tiny     # CPU check
+    python benchmarks/gpu/suite.py --parts m                             # in the GPU suite
+
+The table goes to OUT/modern_compile.md and one record per variant to
+benchmarks/results/modern_compile.jsonl (--no-record: none).
 """
 from __future__ import annotations
 
@@ -37,7 +41,10 @@ import time
 
 START = time.perf_counter()
 
-import _common  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
+from harness.proc import cache_env, stream  # noqa: E402
 
 # (name, config overrides, XLA flags, cache): "cold" = no persistent cache,
 # "write"/"read" = the run's modern cache folder, first filled, then read.
@@ -54,8 +61,6 @@ VARIANTS = [
      "--xla_gpu_autotune_level=0 --xla_gpu_enable_triton_gemm=false", "cold"),
     ("--xla_gpu_enable_cublaslt=true", [], "--xla_gpu_enable_cublaslt=true", "cold"),
 ]
-TINY_MODEL = ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=2",
-              "model.intermediate_size=128", "model.vocab_size=512"]
 
 
 def emit(**row) -> None:
@@ -79,50 +84,34 @@ def top_host_events(trace_dir: str, n: int = 15) -> list[tuple[str, float]]:
 
 
 def child(spec: dict) -> None:
+    import contextlib
+
     import jax
-    import numpy as np
     emit(phase="start", s=time.perf_counter() - START, device=jax.devices()[0].device_kind)
-    from kjax.parallel.mesh import make_mesh, on_mesh, put_batch
-    from kjax.train.state import init_state, make_model, make_optimizer
-    from kjax.train.step import make_train_step
-    config = _common.preset_config(spec["preset"], spec["seq"], spec["batch"], spec["dtype"],
+    config = harness.preset_config(spec["preset"], spec["seq"], spec["batch"], spec["dtype"],
                                    [f"--config.{o}" for o in spec["extra"]])
-    t = time.perf_counter()
-    mesh = make_mesh(config)
-    model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
-    state, shardings = init_state(config, mesh, model, tx)
-    jax.block_until_ready(state)
-    step = make_train_step(config, mesh, model, tx, shardings)
-    emit(phase="init", s=time.perf_counter() - t)
-    t = time.perf_counter()
-    batch = put_batch(_common.synthetic_batch(config, np.random.default_rng(0)), mesh)
-    jax.block_until_ready(batch)
-    emit(phase="batch", s=time.perf_counter() - t)
-    t = time.perf_counter()
-    with on_mesh(mesh, config):
-        lowered = step.jitted.lower(state, batch)
-    emit(phase="lower", s=time.perf_counter() - t)
-    before = _common.cache_files()
     trace = spec.get("trace_dir")
-    if trace:
+
+    @contextlib.contextmanager
+    def traced():
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0    # Python frames would slow the compile down
         jax.profiler.start_trace(trace, profiler_options=options)
+        try:
+            yield
+        finally:
+            jax.profiler.stop_trace()
+
+    def on_phase(name, seconds, **extra):
+        if name == "compile":   # how this table has always named the cache's states
+            extra["cache"] = {"": "off", "miss": "miss (written)"}.get(extra["cache"],
+                                                                       extra["cache"])
+        emit(phase=name, s=seconds, **extra)
+    step = harness.Step(config, on_phase, traced if trace else None)
     t = time.perf_counter()
-    with on_mesh(mesh, config):
-        compiled = lowered.compile()
-    compile_s = time.perf_counter() - t
-    if trace:
-        jax.profiler.stop_trace()
-    cache = "off" if not os.environ.get("JAX_COMPILATION_CACHE_DIR") else \
-        ("miss (written)" if _common.cache_files() > before else "hit")
-    emit(phase="compile", s=compile_s, cache=cache,
-         peak_gib=_common.peak_bytes(compiled) / 2**30)
-    for n in (1, 2):
-        t = time.perf_counter()
-        state, metrics = compiled(state, batch)
-        jax.block_until_ready((state, metrics))
-        emit(phase=f"step {n}", s=time.perf_counter() - t, loss=float(metrics["loss"]))
+    state, metrics = step.compiled(step.state, step.batch)
+    jax.block_until_ready((state, metrics))
+    emit(phase="step 2", s=time.perf_counter() - t, loss=float(metrics["loss"]))
     if trace:
         emit(phase="compile trace", top=top_host_events(trace))
 
@@ -153,8 +142,8 @@ def run_all(args, say=print) -> str:
     tiny = args.tiny
     spec = dict(preset="modern_small" if tiny else "modern_base", seq=64 if tiny else 1024,
                 batch=2 if tiny else 16, dtype="float32" if tiny else "bfloat16",
-                extra=(TINY_MODEL if tiny else []) + [
-                    "model.remat_policy=none",  # as benchmarks/accelerator.py part (c)
+                extra=(harness.overrides_of(harness.TINY_MODEL) if tiny else []) + [
+                    "model.remat_policy=none",  # as benchmarks/gpu/suite.py part (c)
                     f"data.max_predictions_per_seq={round(0.3 * (64 if tiny else 1024))}"])
     scratch = args.scratch or args.out   # the cache and the trace: bulky
     cache = os.path.join(scratch, "modern_cache")
@@ -164,7 +153,7 @@ def run_all(args, say=print) -> str:
              f"for the default and the traced default, {args.limit:.0f} s for the others)")
     say(f"{title}\n\n{HEAD}")
     lines = [title, "", HEAD]
-    traces, written = [], {}
+    traces, written, rows = [], {}, []
     for name, overrides, flags, use in variants:
         left = deadline - time.perf_counter()
         if left < 10:
@@ -172,7 +161,7 @@ def run_all(args, say=print) -> str:
             say(lines[-1])
             continue
         env = {"XLA_FLAGS": " ".join(x for x in (os.environ.get("XLA_FLAGS", ""), flags) if x)}
-        env.update(_common.cache_env(cache) if use in ("write", "read") else
+        env.update(cache_env(cache) if use in ("write", "read") else
                    {"JAX_ENABLE_COMPILATION_CACHE": "false", "JAX_COMPILATION_CACHE_DIR": ""})
         if use == "read" and "compile" not in written:
             lines.append(f"| {name} | not run: the default wrote no cache entry |")
@@ -194,14 +183,19 @@ def run_all(args, say=print) -> str:
                 f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                 for k, v in r.items() if k != "phase"))
         log = os.path.join(args.out, f"modern_compile_{len(lines) - 3}.log")
-        # the default's own compile time is the figure item 4 is about: its two
+        # the default's own compile time is the figure this measures: its two
         # runs get the longer limit, so a compile of 60-110 s is measured, not cut
         limit = args.first_limit if use in ("write", "trace") else args.limit
-        status = _common.stream([sys.executable, os.path.abspath(__file__), "--child",
-                                 json.dumps(s)], min(limit, left), log, on_line, env)
+        status = stream([sys.executable, os.path.abspath(__file__), "--child",
+                         json.dumps(s)], min(limit, left), log, on_line, env)
         if use == "write":
             written = got
         lines.append(row(name, flags, got, status))
+        figures = {f"{p}_s": round(got[p]["s"], 2) for p in PHASES if p in got}
+        if figures:
+            rows.append({"row": name, "overrides": s["extra"], "figures": {
+                **figures, "cache": got.get("compile", {}).get("cache", ""),
+                "xla_flags": flags, "status": status}})
         say(lines[-1])
     for name, top in traces:
         more = ["", f"Longest host events while compiling ({name}; inclusive seconds, "
@@ -211,6 +205,8 @@ def run_all(args, say=print) -> str:
     text = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "modern_compile.md"), "w", encoding="utf-8") as f:
         f.write(text)
+    records.save(args, "modern_compile", rows, preset=spec["preset"], notes=title,
+                 shape={"seq": spec["seq"], "batch": spec["batch"], "dtype": spec["dtype"]})
     return text
 
 
@@ -219,14 +215,16 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--tiny", action="store_true", help="CPU sizes, 4 variants: checks the script")
-    ap.add_argument("--out", default=os.path.join(_common.ROOT, "runs", "modern_compile"))
+    ap.add_argument("--out", default=os.path.join(harness.ROOT, "runs", "modern_compile"))
     ap.add_argument("--scratch", help="folder for the compilation cache and the trace "
                     "(default --out)")
     ap.add_argument("--limit", type=float, default=75, help="seconds per variant")
     ap.add_argument("--first-limit", type=float, default=120,
                     help="seconds for the default and the traced default")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all variants")
+    records.add_arguments(ap)
     args = ap.parse_args()
+    args.no_record |= args.tiny   # a check of the script, not a result
     if args.child:
         child(json.loads(args.child))
         return

@@ -1,9 +1,9 @@
 """Largest batch per device that fits a memory budget, per remat policy, and
 what SHAKE's Eq. 1 adds, from XLA's buffer assignment (nothing is run).
 
-    python benchmarks/memory.py                           # BERT-base, seq 512, 16 GiB
-    python benchmarks/memory.py --budget-gib 80 --policies none,dots_saveable
-    python benchmarks/memory.py --shape uknow_small --seq 256 --no-shake
+    python benchmarks/step/memory.py                      # BERT-base, seq 512, 16 GiB
+    python benchmarks/step/memory.py --budget-gib 80 --policies none,dots_saveable
+    python benchmarks/step/memory.py --shape uknow_small --seq 256 --no-shake
 
 For each policy the train step (fwd + bwd + AdamW, state donated) is lowered
 against abstract inputs and compiled at two batch sizes; peak bytes =
@@ -23,11 +23,15 @@ between policies as the reading.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 GIB = 1 << 30
 
@@ -36,8 +40,8 @@ def measure(shape, seq, dtype, policy, shake, batch) -> dict:
     extra = [f"--config.model.remat_policy={policy}"]
     if shake:
         extra += ["--config.model.shake_factor=1.0", "--config.shake.variant=random"]
-    config = _common.preset_config(shape, seq, batch, dtype, extra)
-    return {batch: _common.peak_bytes(_common.lower_train_step(config).compile())}
+    config = harness.preset_config(shape, seq, batch, dtype, extra)
+    return {batch: harness.peak_bytes(harness.lower_step(config).compile())}
 
 
 def fit(shape, seq, dtype, policy, shake, batches):
@@ -52,7 +56,7 @@ def fit(shape, seq, dtype, policy, shake, batches):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="bert_base", choices=sorted(_common.SHAPES))
+    ap.add_argument("--shape", default="bert_base", choices=sorted(harness.SHAPES))
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-gib", type=float, default=16.0, help="memory per device")
@@ -63,11 +67,11 @@ def main():
     ap.add_argument("--fit-batches", default="2,4")
     ap.add_argument("--check", action="store_true",
                     help="compile once more at the solved batch to confirm it fits")
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
     budget = args.budget_gib * GIB
     batches = [int(x) for x in args.fit_batches.split(",")]
-    load_before = _common.load_average()
+    load_before = harness.load_average()
     rows = []
     runs = [(p, False) for p in args.policies.split(",")]
     if not args.no_shake:
@@ -89,6 +93,7 @@ def main():
              f"{args.budget_gib:g} GiB | checked: peak GiB at that batch |",
              "|---|---|---|---|---|---|"]
     plain = {p: per for p, s, _, per, *_ in rows if not s}
+    found = []
     for policy, shake, fixed, per, best, checked, _ in rows:
         check = f"{checked[best] / GIB:.2f}" if checked else "—"
         extra = ""
@@ -96,14 +101,23 @@ def main():
             extra = f" (+{(per - plain[policy]) / 2**20:.0f} MiB vs off)"
         lines.append(f"| {policy} | {'on' if shake else 'off'} | {fixed / GIB:.2f} | "
                      f"{per / 2**20:.0f}{extra} | {best} | {check} |")
+        fig = {"fixed_gib": round(fixed / GIB, 3), "mib_per_example": round(per / 2**20, 1),
+               "max_batch": best, "budget_gib": args.budget_gib}
+        if checked:
+            fig["checked_peak_gib"] = round(checked[best] / GIB, 3)
+        found.append({"row": f"remat {policy}, shaking {'on' if shake else 'off'}",
+                      "overrides": [f"model.remat_policy={policy}"] + (
+                          ["model.shake_factor=1.0", "shake.variant=random"] if shake else []),
+                      "figures": fig})
     from kjax.shake.matrix import B_DTYPE
     b_bytes = args.seq * args.seq * np.dtype(B_DTYPE).itemsize
     notes = (f"{args.shape}, seq {args.seq}, {args.dtype} compute, fp32 params + AdamW; per-device"
              f" peak from XLA:CPU memory_analysis, linear fit over batches {batches}. B itself is "
              f"{b_bytes / 2**20:.2f} MiB per example ({np.dtype(B_DTYPE).name} [seq, seq]); the rest of shaking's "
-             f"per-example cost is what the backward keeps for Eq. 1. Load average before/after: "
-             f"{load_before} / {_common.load_average()}.")
-    _common.record("memory", "\n".join(lines), notes, args.no_record)
+             f"per-example cost is what the backward keeps for Eq. 1.")
+    print("\n".join(lines) + "\n" + notes)
+    records.save(args, "memory", found, load_before=load_before, notes=notes,
+                 preset=args.shape, shape={"seq": args.seq, "dtype": args.dtype})
 
 
 if __name__ == "__main__":

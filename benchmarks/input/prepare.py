@@ -10,25 +10,25 @@ hypotheses, STS sentences, NER sentences without tags), per tokenizer scheme:
     load: measured as a 2-worker prepare of a 2-document corpus).
 
 Tokenizers are trained on the same text first (not timed). Every timing is
-the best of --trials runs. Prints a table and appends a dated,
-machine-described record (with the load average: other jobs share the
-cores) to docs/PERFORMANCE.md; --no-record skips that.
+the best of --trials runs. Prints a table and writes one record per row
+(with the load average: other jobs may share the cores) to
+benchmarks/results/prepare.jsonl; --no-record skips that.
 
-    python benchmarks/prepare.py [--schemes morph-sp multihot] [--repeat 2]
+    python benchmarks/input/prepare.py [--schemes morph-sp multihot] [--repeat 2]
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import resource
 import shutil
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 from klue_text import klue_sentences, write_corpus  # noqa: E402
 
 from kjax.config import apply_override, load_config  # noqa: E402
@@ -36,7 +36,7 @@ from kjax.pretrain.prepare import prepare  # noqa: E402
 from kjax.morph import KoreanAnalyzer  # noqa: E402
 from kjax.tokens.factory import open_tokenizer, train_tokenizer  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = harness.ROOT
 SCHEMES = ("sentencepiece", "morph-sp", "multihot")
 
 
@@ -76,14 +76,6 @@ def run_prepare(config, workers: int, directory: str):
     return prepare(config, num_workers=workers, progress=False)
 
 
-def machine() -> str:
-    import kiwipiepy
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{platform.node() or 'host'}: {os.cpu_count()} CPU cores (shared with other "
-            f"jobs; load average {load} at start), Python {platform.python_version()}, "
-            f"kiwipiepy {kiwipiepy.__version__}")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,9 +84,10 @@ def main():
     ap.add_argument("--vocab", type=int, default=4000, help="tokenizer.vocab_size")
     ap.add_argument("--docs-per-chunk", type=int, default=64)
     ap.add_argument("--trials", type=int, default=2)
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
-    described = machine()
+    import kiwipiepy
+    load_before = harness.load_average()
     tmp = tempfile.mkdtemp(prefix="kjax-bench-prepare-")
     sentences = klue_sentences() * args.repeat
     corpus = write_corpus(os.path.join(tmp, "klue.txt"), klue_sentences(), repeat=args.repeat)
@@ -128,13 +121,16 @@ def main():
             f"{morphemes:,} Kiwi morphemes; vocab {args.vocab}, {args.docs_per_chunk} "
             f"documents (of 8 sentences) per chunk; best of {args.trials}.")
     table = "\n".join([text, "", header, *lines])
-    print(described)
     print(table)
     shutil.rmtree(tmp, ignore_errors=True)
-    if not args.no_record:
-        stamp = datetime.date.today().isoformat()
-        with open(os.path.join(ROOT, "docs", "PERFORMANCE.md"), "a", encoding="utf-8") as f:
-            f.write(f"\n### prepare — {stamp} — {described}\n\n{table}\n")
+    records.save(args, "prepare", [
+        {"row": f"{name}, {par}", "figures": {
+            "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "chars_per_s": round(chars / wall),
+            "morphemes_per_s": round(morphemes / wall), "vs_raw_kiwi": round(ratio, 2)},
+         **({"notes": note} if note else {})}
+        for name, par, wall, cpu, ratio, note in rows],
+        load_before=load_before, extra_versions={"kiwipiepy": kiwipiepy.__version__},
+        workload=text)
 
 
 def with_corpus(config, corpus: str):

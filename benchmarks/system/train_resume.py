@@ -7,8 +7,10 @@ and restarted each time. Prints one row per run the moment it ends and a
 final row: whether the interrupted run ends at the same step with the same
 logged losses as the uninterrupted one (equal, or the largest difference).
 
-    python benchmarks/train_resume.py --out runs/train_resume     # GPU sizes
-    JAX_PLATFORMS=cpu python benchmarks/train_resume.py --tiny     # CPU check
+    python benchmarks/system/train_resume.py --out runs/train_resume    # GPU sizes
+    JAX_PLATFORMS=cpu python benchmarks/system/train_resume.py --tiny    # CPU check
+
+One record per run (benchmarks/results/train_resume.jsonl; --tiny: none).
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ import subprocess
 import sys
 import time
 
-import _common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
+from harness import records  # noqa: E402
 
 
 def write_corpus(path: str, sentences: int) -> None:
@@ -52,14 +56,14 @@ def overrides(work: str, tiny: bool, steps: int, every: int) -> list[str]:
               "train.batch_size": 8 if tiny else 32, "train.num_steps": steps,
               "train.warmup_steps": 2, "train.log_every": 1, "train.eval_every": 0,
               "train.checkpoint_every": every, "train.learning_rate": 1e-3}
-    return ["--config", os.path.join(_common.ROOT, "tpu_configs", "demo.py")] + \
+    return ["--config", os.path.join(harness.ROOT, "tpu_configs", "demo.py")] + \
         [f"--config.{k}={v}" for k, v in values.items()]
 
 
 def kjax(args: list[str], log: str, env: dict) -> subprocess.Popen:
     out = open(log, "a", encoding="utf-8")
     return subprocess.Popen([sys.executable, "-m", "kjax.cli", *args], stdout=out,
-                            stderr=subprocess.STDOUT, cwd=_common.ROOT, env=env,
+                            stderr=subprocess.STDOUT, cwd=harness.ROOT, env=env,
                             start_new_session=True)
 
 
@@ -79,7 +83,7 @@ def run(args, say) -> str:
     work = os.path.abspath(args.out)
     os.makedirs(work, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (_common.ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+        p for p in (harness.ROOT, os.environ.get("PYTHONPATH", "")) if p)}
     # a GPU runs this model's step in milliseconds: enough steps that the
     # signals land mid-run (polled every 50 ms)
     steps, every, kills = (12, 4, (3, 9)) if args.tiny else (300, 100, (100, 220))
@@ -97,11 +101,14 @@ def run(args, say) -> str:
             return f"`kjax {' '.join(verb)}` failed: {tail()}"
     say(f"tokenizer + prepare: {time.perf_counter() - t:.1f} s")
     lines = ["| run | exit | seconds | last step logged |", "|---|---|---|---|"]
+    found = []
 
     def finish(name, key, proc, t0):
         rc = proc.wait()
         done = max(train_rows(runs[key]) or [0])
         lines.append(f"| {name} | {rc} | {time.perf_counter() - t0:.1f} | {done} |")
+        found.append({"row": name, "figures": {"exit": rc, "last_step": done,
+                                               "seconds": round(time.perf_counter() - t0, 1)}})
         say(lines[-1])
         if rc not in (0, 143, -9):
             say(f"  exit {rc}: {tail()}")
@@ -129,6 +136,10 @@ def run(args, say) -> str:
                  + ("**identical**." if same else
                     f"largest difference {max(diffs or [float('nan')]):.3g}."))
     say(lines[-1].strip())
+    found.append({"row": "resumed against straight", "figures": {
+        "identical_losses": same, "common_steps": len(common),
+        "largest_difference": max(diffs) if diffs else None}})
+    records.save(args, "train_resume", found, notes=f"{steps} steps, checkpoint every {every}")
     return "\n".join(lines)
 
 
@@ -136,8 +147,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="CPU sizes")
-    ap.add_argument("--out", default=os.path.join(_common.ROOT, "runs", "train_resume"))
+    ap.add_argument("--out", default=os.path.join(harness.ROOT, "runs", "train_resume"))
+    records.add_arguments(ap)
     args = ap.parse_args()
+    args.no_record |= args.tiny   # a check of the script, not a result
     run(args, lambda s: print(s, flush=True))
 
 

@@ -14,21 +14,21 @@ from `kjax.tokens.stats.measure`, the code behind `kjax tokenizer stats`.
 
 Runs against whichever kjax is importable, so the same script measures a
 branch and its base (`PYTHONPATH=<checkout of the base> python ...`).
-Appends a dated table to docs/EXPERIMENTS.md unless --no-record.
+Writes one record per text and scheme to benchmarks/results/tokenizer_stats.jsonl
+unless --no-record.
 
-    python benchmarks/tokenizer_stats.py [--bpe 32000] [--min-syllable N] [--max-texts N]
+    python benchmarks/input/tokenizer_stats.py [--bpe 32000] [--min-syllable N] [--max-texts N]
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import records  # noqa: E402
 from klue_text import klue_sentences, korquad_contexts  # noqa: E402
 
 import kjax  # noqa: E402
@@ -39,13 +39,6 @@ from kjax.tokens.multihot_build import train_tokenizer  # noqa: E402
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece  # noqa: E402
 from kjax.tokens.stats import measure  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADER = """# Experiments
-
-Results of scripts in `benchmarks/` that measure what the methods produce
-(not speed: see PERFORMANCE.md). Each section names the script, the date and
-the data.
-"""
 
 
 def train_all(train_text: list[str], tmp: str, bpe: int, min_syllable: int | None):
@@ -81,7 +74,7 @@ def main():
     ap.add_argument("--max-texts", type=int, default=0, help="cap on each text (0: all)")
     ap.add_argument("--label", default="", help="names the kjax version in the record")
     ap.add_argument("--json", default=None, help="also write all figures here")
-    ap.add_argument("--no-record", action="store_true")
+    records.add_arguments(ap)
     args = ap.parse_args()
     cap = (lambda xs: xs[:args.max_texts]) if args.max_texts else (lambda xs: xs)  # noqa: E731
     train_text = cap(klue_sentences(("nli", "sts", "ner")))
@@ -109,14 +102,10 @@ def main():
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"vocab_size": size, "composition": composition, "results": results}, f,
                       ensure_ascii=False, indent=2)
-    if not args.no_record:
-        path = os.path.join(ROOT, "docs", "EXPERIMENTS.md")
-        new = not os.path.exists(path)
-        with open(path, "a", encoding="utf-8") as f:
-            if new:
-                f.write(HEADER)
-            f.write(f"\n### tokenizer_stats — {datetime.date.today().isoformat()} — "
-                    f"{platform.node() or 'host'}\n\n{table}\n")
+    records.save(args, "tokenizer_stats", [
+        {"row": f"{r['text']}: {r['scheme']}", "figures": {
+            k: v for k, v in r.items() if k not in ("text", "scheme")}} for r in results],
+        notes=about, vocab_size=size, label=args.label)
 
 
 if __name__ == "__main__":
