@@ -15,7 +15,8 @@ spill registers or serialize its wgmma (kjax/compile_checks/ptx.py). Prints
 compile time and memory per device. Verdicts come from .ci/compile_record.json
 when the lowered program, plugin and target config are the ones recorded
 (kjax/compile_checks/record.py); in the default mode any other case is
-compiled and fails the check until the record is rewritten.
+compiled and fails the check until the record is rewritten, which also
+rewrites docs/GPU.md's table from it (kjax/compile_checks/figures.py).
 """
 from __future__ import annotations
 
@@ -27,24 +28,15 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only compiles
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.compile_checks.record import MODES, Record, case_id  # noqa: E402  (no jax)
+from kjax.compile_checks import figures  # noqa: E402  (no jax)
+from kjax.compile_checks.cases import GPU_CASES as CASES, gpu_case_id  # noqa: E402
+from kjax.compile_checks.record import MODES, Record  # noqa: E402
 from kjax.compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
                                          device_memory, h100_target)
 
 GIB = 1 << 30
 PALLAS_KERNELS = "shake_flash"   # kjax/model/flash_shake.py's kernels, as XLA names them
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
-# (preset, overrides, what the case is): one GPU, the batches the H100/H200
-# runs of docs/GPU.md used (uknowbert_b: its 256 positions, bert_base's tokens)
-CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
-         ("modern_base", ["train.batch_size=16"], "1024×16"),
-         ("uknowbert_b", ["train.batch_size=64"], "256×64"),
-         # the Pallas kernel through Triton: attention dropout and pairs B in it (a
-         # Triton kernel that does not compile, or spills registers, fails here, not
-         # on the user's GPU)
-         ("bert_base", ["train.batch_size=32", "model.shake_factor=0.3", "shake.variant=random",
-                        "shake.layout=pairs", "model.attention_impl=flash"],
-          "512×32, flash: dropout + pairs B")]
 
 
 def compile_verdict(lowered, pallas: bool = False) -> dict:
@@ -100,16 +92,6 @@ def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
                                    verdict, time.strftime("%Y-%m-%d"))}
 
 
-def checks_cell(v: dict) -> str:
-    """The table's checks column: HLO scatters; ptxas on the Pallas kernels, if any."""
-    cell = "clean" if not v["hlo_findings"] else f"**{len(v['hlo_findings'])} scatter(s)**"
-    if v.get("kernels"):
-        bad = len(v["ptx_findings"])
-        cell += f"; {len(v['kernels'])} Pallas kernels, " + (
-            f"**{bad} spill/wgmma finding(s)**" if bad else "no spills (ptxas)")
-    return cell
-
-
 def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     """The table row and the check's failures for one case."""
     v, failures = report["verdict"], [report["failure"]] if report["failure"] else []
@@ -121,7 +103,7 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
     failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
-    checks = checks_cell(v)
+    checks = figures.checks_cell(v)
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
             f"{memory / GIB:.0f} | {checks}{status} | "
@@ -174,9 +156,13 @@ def main() -> int:
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s: {recorded} recorded, "
           f"{len(cases) - recorded} compiled", flush=True)
     if args.record != "check":
-        record.save("gpu", None if wanted else {case_id("gpu", p, TOPOLOGY, o)
-                                                for p, o, _ in CASES})
+        record.save("gpu", None if wanted else {gpu_case_id(c) for c in CASES})
         print(f"gpu-check: wrote {os.path.relpath(args.record_file)}", file=sys.stderr)
+        try:   # the record's figures into the presets' headers and the docs' tables
+            for path in figures.write(ROOT, args.record_file):
+                print(f"gpu-check: wrote {os.path.relpath(path)}", file=sys.stderr)
+        except figures.MissingFigures as e:
+            failed.append(f"the record's figures: {e}")
     for f in failed:
         print(f"gpu-check: FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

@@ -5,22 +5,24 @@ TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
     python .ci/tpu_check.py --record write           # compile what the record lacks
     python .ci/tpu_check.py --only v3_8,shake --fit-batch --jobs 1
 
-One topology per preset family: the four slice presets on their own slice
-(v3_32 also on a v3-128, 16 hosts), every model preset on a v3-8 (8 cores,
-16 GiB each: the smallest slice the thesis used), and the features that
-change the compiled program on a small model: SHAKE's B dense and as
-pairs, the flash kernel (on a v4-8), packing (multi-hot input with the knowledge heads:
-mbert_*, uknowbert_*). Two refusals keep the out-of-memory path honest. A
-case that does not fit, fails to compile, or fits where XLA should refuse
-fails the check. Programs that are the same up to constants (the SHAKE
-variants' bf) compile once (kjax.pretrain.aot.compile_step). Prints the
-Markdown table docs/TPU.md and the presets' headers quote.
+The cases (kjax/compile_checks/cases.py), one topology per preset family:
+the four slice presets on their own slice (demo also on a v3-128, 16 hosts),
+every model preset on a v3-8 (8 cores, 16 GiB each: the smallest slice the
+thesis used), and the features that change the compiled program on a small
+model: SHAKE's B dense and as pairs, the flash kernel (on a v4-8), packing.
+Two refusals keep the out-of-memory path honest. A case that does not fit,
+fails to compile, or fits where XLA should refuse fails the check. Programs
+that are the same up to constants (the SHAKE variants' bf) compile once
+(kjax.pretrain.aot.compile_step). Prints a Markdown table of the cases.
 
 Verdicts are keyed by the program (kjax/compile_checks/record.py): every
 case is lowered and its hash looked up in .ci/compile_record.json; a case
 recorded with the same program and libtpu takes the recorded verdict, any
 other compiles, and in the default mode (CI) fails until the record is
 rewritten (`--record write`, `make tpu-check RECORD=write`) and committed.
+Writing the record also writes the figures quoted from it: the presets'
+memory paragraphs and docs/TPU.md's and docs/GPU.md's tables
+(kjax/compile_checks/figures.py).
 """
 from __future__ import annotations
 
@@ -31,35 +33,14 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.compile_checks.record import MODES, Record, case_id  # noqa: E402  (no jax)
-GIB = 1 << 30
-SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
-FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
-               "model.attention_impl=flash", "model.attention_dropout_rate=0.0"]
-PACKING = ["train.packing=true"]
-HUGE_BATCH = ["train.batch_size=1048576"]
-MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "mbert_s", "mbert_b",
-          "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r", "uknowbert_w",
-          "roberta_small_shake", "shake_baseline", "shake_pos_plus", "shake_pos_minus",
-          "shake_random", "shake_shared_position", "shake_merged", "modern_small",
-          "modern_base"]
-# (preset, topology, overrides, what the case adds, whether XLA must accept it)
-CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
-         ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
-         ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
-         ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
-         ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
-         ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
-         # the kernel itself, traced for TPU (Mosaic): v3's Mosaic refuses its bf16
-         # matmuls (E2001, "Unsupported matmul RHS type"), so the oldest slice that takes it
-         ("bert_s", "v4-8", FLASH_PAIRS, "flash kernel, pairs B", True),
-         ("bert_base", "v4-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
-          "flash kernel, attention dropout 0.1 in it, pairs B", True),
-         ("modern_small", "v3-8", PACKING, "packing", True)] + \
-    [(m, "v3-8", [], "", True) for m in MODELS]
+from kjax.compile_checks import figures  # noqa: E402  (no jax)
+from kjax.compile_checks.cases import TPU_CASES as CASES, tpu_case_id  # noqa: E402
+from kjax.compile_checks.record import MODES, Record  # noqa: E402
 
+GIB = 1 << 30
 
 CACHE = {}   # StableHLO → result: presets whose programs are identical compile once
+PRESETS = {}   # config name → preset file: the record names a shared program by its preset
 CONFIGS = os.path.join(ROOT, "tpu_configs")
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 VERDICT_FIELDS = ("batch_size", "seconds", "fits", "arguments", "outputs", "aliased",
@@ -85,8 +66,10 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
 
     def compile_now() -> dict:
         cpu = time.process_time()   # all threads: the load-free cost
+        PRESETS.setdefault(config.get("name", "") or "?", preset)
         s = aot.compile_step(config, devices, "train", cache=CACHE, lowered=lowered)
         verdict = {k: getattr(s, k) for k in VERDICT_FIELDS}
+        verdict["same_as"] = PRESETS.get(s.same_as, s.same_as)
         return {**verdict, "seconds": round(s.seconds, 1),   # times: tenths (diffs read)
                 "cpu_s": round(time.process_time() - cpu, 1)}
 
@@ -153,10 +136,6 @@ def one_case(case, fit: bool, record, mode: str) -> tuple:
                                              "fits, but XLA was expected to refuse it "
                                              "(RESOURCE_EXHAUSTED)")))
     return row(preset, overrides, note, report), failure, report["entry"]
-
-
-def case_key(case) -> str:
-    return case_id("tpu", case[0], case[1], case[2])
 
 
 def share(case) -> str:
@@ -231,8 +210,13 @@ def main() -> int:
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s on {args.jobs} "
           f"process(es): {recorded} recorded, {len(cases) - recorded} compiled", flush=True)
     if args.record != "check":   # a full run drops the cases no longer checked
-        record.save("tpu", None if wanted else {case_key(c) for c in CASES})
+        record.save("tpu", None if wanted else {tpu_case_id(c) for c in CASES})
         print(f"tpu-check: wrote {os.path.relpath(args.record_file)}", file=sys.stderr)
+        try:   # the record's figures into the presets' headers and the docs' tables
+            for path in figures.write(ROOT, args.record_file):
+                print(f"tpu-check: wrote {os.path.relpath(path)}", file=sys.stderr)
+        except figures.MissingFigures as e:
+            failed.append(f"the record's figures: {e}")
     for f in failed:
         print(f"tpu-check: FAILED {f}", file=sys.stderr)
     return 1 if failed else 0

@@ -1,5 +1,5 @@
 """Compile verdicts keyed by the program (kjax/compile_checks/record.py,
-.ci/tpu_check.py; issue 35). The checks' compilers (libtpu, the CUDA plugin)
+.ci/tpu_check.py). The checks' compilers (libtpu, the CUDA plugin)
 are not in the test venv: the case is lowered for real on the 8 CPU devices
 (`--topology local`, the same code path) and compiled by a scripted compiler
 that counts its calls."""
@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ROOT
 from kjax.compile_checks import record as cr
+from kjax.compile_checks.targets import h100_target
 from kjax.pretrain import aot
 
 
@@ -172,31 +173,7 @@ def test_the_committed_record_is_well_formed():
         assert case == cr.case_id(kind, entry["preset"], entry["topology"], entry["overrides"])
         assert set(cr.COMPILERS[kind]) <= set(entry["versions"]), case
         assert entry["program"].startswith("sha256:") and len(entry["program"]) == 71
-    gpu_target = open(os.path.join(ROOT, ".ci", "h100_sxm.txtpb"), encoding="utf-8").read()
-    target = "sha256:" + hashlib.sha256(gpu_target.encode()).hexdigest()[:16]
+    target = "sha256:" + hashlib.sha256(h100_target().encode()).hexdigest()[:16]
     assert all(e["versions"]["target"] == target for c, e in record.entries.items()
                if c.startswith("gpu ")), "the H100 target changed: run `make gpu-check RECORD=write`"
 
-
-def test_gpu_docs_quote_the_record():
-    """docs/GPU.md §6's table is the record's GPU verdicts, one row per case of
-    .ci/gpu_check.py (memory to the hundredth of a GiB, the HLO checks' count,
-    the attention path; for the flash case ptxas' kernels, none spilling)."""
-    import re
-    gpu_check = load_check("gpu_check")
-    record = cr.Record(os.path.join(ROOT, ".ci", "compile_record.json")).entries
-    gpu = {(preset, label): record[cr.case_id("gpu", preset, gpu_check.TOPOLOGY, overrides)]["verdict"]
-           for preset, overrides, label in gpu_check.CASES}
-    docs = open(os.path.join(ROOT, "docs", "GPU.md"), encoding="utf-8").read()
-    rows = re.findall(r"^\| (\w+) \| (\d+×\d+[^|]*?) \| [\d.]+ \| \d+ \| ([\d.]+) \| ([\d.]+) \| "
-                      r"([\d.]+) \| \d+ \| ([^|]+) \| (\w+) \|$", docs, re.M)
-    assert sorted(r[:2] for r in rows) == sorted(gpu)
-    for preset, label, arguments, temporaries, peak, checks, attention in rows:
-        v = gpu[preset, label]
-        assert (arguments, temporaries, peak) == tuple(
-            f"{v[k] / 2**30:.2f}" for k in ("arguments", "temporaries", "peak")), (preset, label)
-        assert checks.strip() == gpu_check.checks_cell(v), (preset, label)
-        if "flash" in label:     # the Pallas kernels were assembled, and none spills
-            assert sorted(v["kernels"]) == ["shake_flash_dkv", "shake_flash_dq",
-                                            "shake_flash_forward"] and not v["ptx_findings"]
-        assert attention == ("cuDNN" if v["cudnn_attention"] else "XLA"), (preset, label)

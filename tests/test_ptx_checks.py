@@ -1,6 +1,6 @@
 """ptxas' report on the Pallas kernels, as `make gpu-check` reads it
 (kjax/compile_checks/ptx.py): the report below is ptxas 13.5's own output for
-kjax's dk/dv kernel at 128 × 128 tiles with 4 warps (sm_90a, 2026-11-27), the
+kjax's dk/dv kernel at 128 × 128 tiles with 4 warps (sm_90a), the
 tiling that spilled; the PTX folder is a hand-made dump with a fake ptxas."""
 import os
 import stat

@@ -10,12 +10,13 @@ thesis' BERT-B reached KorQuAD F1 84.11 / NER 88.45 / NSMC 86.98 after
 fine-tuning (Table 27). Use remat_policy='dots_with_no_batch_dims_saveable'
 when memory is short.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_base.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 128 (16
-per core) the train step needs 9.21 GiB per core of 16 (arguments 1.24,
-temporaries 7.96): fits. Its program is v3_8.py's (the same model, batch and
-mesh): compiled once for both. The largest batch that compiles is 216 (27 per
-core; 224 is refused): `--fit-batch` on v3_8.py, the same program (2026-11-26).
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+128 (16 per core) the train step needs 9.21 GiB per core of 16 (arguments 1.24,
+temporaries 7.96): fits. XLA compiled its program once for it and
+bert_base_v3_8 (the same up to floating-point constants).
+`kjax compile --config tpu_configs/bert_base.py --topology v3-8` says it again;
+with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """
 from kjax.config import defaults
 

@@ -3,18 +3,20 @@ r"""BERT-large (METHODS §4): 24 layers, 1024 hidden, 16 heads, 4096 FFN.
     kjax train --config tpu_configs/bert_large.py --workdir gs://BUCKET/bert_large
 
 Expected: ~335M parameters. Compile time with scan stays close to that of
-BERT-base (254 vs 186 CPU-s for v3_8.py in `make tpu-check`).
+BERT-base (the "CPU s" column of docs/TPU.md §15's table).
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/bert_large.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 256 (32
-per core) the train step needs 15.93 GiB per core of 16 (arguments 3.78,
-temporaries 12.16): fits, with the remat policy below and no FSDP. XLA accepts
-it although those two add up to more than the core's 16 GiB (its own accounting
-decides, docs/TPU.md §15), so the margin is thin: for a bigger batch shard the
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 15.93 GiB per core of 16 (arguments
+3.78, temporaries 12.16): fits.
+`kjax compile --config tpu_configs/bert_large.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
+
+With the remat policy below and no FSDP the margin is thin: XLA's own
+accounting decides what fits (docs/TPU.md §15). For a bigger batch shard the
 params and Adam state (--config.mesh.fsdp=8 --config.mesh.data=1), which the
-3.78 GiB of arguments are. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 296 (37 per core; 304 is refused), its memory as XLA reports it
-17.65 GiB.
+arguments are.
 """
 from kjax.config import defaults
 

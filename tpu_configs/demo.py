@@ -30,12 +30,12 @@ The price: position embeddings past 32 stay as initialised (the table keeps
 texts best; the UKnowBERT/morph demos (kjax/cli/demo.py CLASSIC_DEMO) keep rows
 of 128.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/demo.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-26, `make tpu-check`): at batch 64 (8
-per core) the train step needs 0.04 GiB per core of 16 (arguments 0.02,
-temporaries 0.02): fits. With `--fit-batch` (2026-11-26) the largest batch that
-compiles is 103784 (12973 per core; 107128 is refused), its memory as XLA
-reports it 19.07 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+64 (8 per core) the train step needs 0.04 GiB per core of 16 (arguments 0.02,
+temporaries 0.02): fits.
+`kjax compile --config tpu_configs/demo.py --topology v3-8` says it again; with
+`--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """
 from kjax.config import defaults
 

@@ -8,12 +8,12 @@ Expected (what the thesis reported): KorQuAD F1 83.89 / NER 89.23 / NSMC 88.34 (
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/mbert_b.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 128 (16
-per core) the train step needs 4.81 GiB per core of 16 (arguments 1.24,
-temporaries 3.57): fits. With `--fit-batch` (2026-11-26) the largest batch that
-compiles is 520 (65 per core; 536 is refused), its memory as XLA reports it
-15.77 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+128 (16 per core) the train step needs 4.81 GiB per core of 16 (arguments 1.24,
+temporaries 3.57): fits.
+`kjax compile --config tpu_configs/mbert_b.py --topology v3-8` says it again;
+with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """
 from kjax.config.presets import uknow_config
 

@@ -8,12 +8,12 @@ Expected (what the thesis reported): the multi-hot input alone; compare with mBE
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/mbert_m.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at batch 128 (16
-per core) the train step needs 0.90 GiB per core of 16 (arguments 0.13,
-temporaries 0.77): fits. With `--fit-batch` (2026-11-26) the largest batch that
-compiles is 3576 (447 per core; 3680 is refused), its memory as XLA reports it
-20.71 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+128 (16 per core) the train step needs 0.90 GiB per core of 16 (arguments 0.13,
+temporaries 0.77): fits.
+`kjax compile --config tpu_configs/mbert_m.py --topology v3-8` says it again;
+with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """
 from kjax.config.presets import uknow_config
 

@@ -13,13 +13,16 @@ Expected: ~135 M parameters with a 32k vocabulary (ModernBERT-base has 149 M
 with 50k); the exported folder loads with transformers' ModernBertForMaskedLM.
 For 8192-token rows set data.max_seq_len=8192 and model.remat_policy=full.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/modern_base.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27): at batch 256 (32 per
-core) of 1024 positions the train step needs 12.65 GiB per core of 16 (arguments
-1.52, temporaries 11.14): fits, with remat 'dots_with_no_batch_dims_saveable'
-(set below); without it XLA refused it (26.34 GiB of temporaries needed, 15.48
-usable). With `--fit-batch` (2026-11-26) the largest batch that compiles is 336
-(42 per core; 344 is refused), its memory as XLA reports it 15.4 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 12.65 GiB per core of 16 (arguments
+1.52, temporaries 11.14): fits.
+`kjax compile --config tpu_configs/modern_base.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
+
+It fits with remat 'dots_with_no_batch_dims_saveable' (set below): without
+it XLA refuses the step at this batch on a v3-8 core.
 """
 from kjax.config.presets import modern_config
 

@@ -14,12 +14,13 @@ Any tokenizer scheme and input mode trains (multihot: --config.model.input_mode=
 multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3
 --config.shake.variant=pos. CPU timings: docs/PERFORMANCE.md ("modern").
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/modern_small.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 4.03 GiB per core of 16 (arguments
-0.13, temporaries 3.90): fits. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 1888 (236 per core; 1896 is refused), its memory as XLA reports
-it 14.5 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 4.03 GiB per core of 16 (arguments 0.13,
+temporaries 3.90): fits.
+`kjax compile --config tpu_configs/modern_small.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import modern_config
 

@@ -9,13 +9,14 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): the reference: evaluation MLM loss above
 the bf = ±0.3 models and close to the random-token model (SHAKE Fig. 2).
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_baseline.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 9.13 GiB per core of 16 (arguments
-0.77, temporaries 8.37): fits. Its program is roberta_small_shake's up to
-SHAKE's bf constant, so it was compiled once for both. The largest batch that
-compiles is 440 (55 per core; 448 is refused): `--fit-batch` on
-roberta_small_shake.py, the same program (2026-11-26).
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 9.13 GiB per core of 16 (arguments 0.77,
+temporaries 8.37): fits. XLA compiled its program once for it and
+roberta_small_shake.py (the same up to floating-point constants).
+`kjax compile --config tpu_configs/shake_baseline.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import shake_config
 

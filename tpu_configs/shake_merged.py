@@ -10,12 +10,13 @@ Expected (what the thesis reported): no gain reported over the POS-pair models;
 kept as the thesis's ablation. MLM loss is Eq. 7-9 because a merged position has
 several target tokens.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_merged.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 9.42 GiB per core of 16 (arguments
-0.77, temporaries 8.65): fits. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 432 (54 per core; 440 is refused), its memory as XLA reports it
-16.46 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 9.42 GiB per core of 16 (arguments 0.77,
+temporaries 8.65): fits.
+`kjax compile --config tpu_configs/shake_merged.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import shake_config
 

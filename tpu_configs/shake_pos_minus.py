@@ -9,13 +9,14 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): evaluation MLM loss as low as bf = +0.3
 (Fig. 2); smaller downstream gains than +0.3.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_pos_minus.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
-0.78, temporaries 9.53): fits. Its program is shake_pos_plus's up to SHAKE's bf
-constant, so it was compiled once for both. The largest batch that compiles is
-384 (48 per core; 392 is refused): `--fit-batch` on shake_pos_plus.py, the same
-program (2026-11-26).
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
+0.78, temporaries 9.53): fits. XLA compiled its program once for it and
+shake_pos_plus.py (the same up to floating-point constants).
+`kjax compile --config tpu_configs/shake_pos_minus.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import shake_config
 

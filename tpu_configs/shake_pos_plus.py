@@ -11,12 +11,13 @@ Expected (what the thesis reported): among the lowest evaluation MLM loss (Fig.
 on CoPA, even fine-tuned without shaking; the gain grows with pretraining length
 (Fig. 4).
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_pos_plus.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
-0.78, temporaries 9.53): fits. With `--fit-batch` (2026-11-26) the largest
-batch that compiles is 384 (48 per core; 392 is refused), its memory as XLA
-reports it 16.28 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 10.30 GiB per core of 16 (arguments
+0.78, temporaries 9.53): fits.
+`kjax compile --config tpu_configs/shake_pos_plus.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import shake_config
 

@@ -9,12 +9,13 @@ The six shake_*.py files share one morph-sp vocabulary and one example set
 Expected (what the thesis reported): no gain reported over the POS-pair models;
 kept as the thesis's ablation.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/shake_shared_position.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 256 (32 per core) the train step needs 9.13 GiB per core of 16 (arguments
-0.77, temporaries 8.36): fits. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 440 (55 per core; 448 is refused), its memory as XLA reports it
-16.37 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 9.13 GiB per core of 16 (arguments 0.77,
+temporaries 8.36): fits.
+`kjax compile --config tpu_configs/shake_shared_position.py --topology v3-8`
+says it again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config.presets import shake_config
 

@@ -8,12 +8,13 @@ Expected (what the thesis reported): KorQuAD F1 72.08 with 10 % of the fine-tuni
 Knowledge resources default to the samples shipped in kjax/knowledge/data; point
 knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/uknowbert_s.py
---topology v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): at
-batch 128 (16 per core) the train step needs 1.02 GiB per core of 16 (arguments
-0.13, temporaries 0.89): fits. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 3272 (409 per core; 3368 is refused), its memory as XLA reports
-it 21.09 GiB.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+128 (16 per core) the train step needs 1.02 GiB per core of 16 (arguments 0.13,
+temporaries 0.89): fits.
+`kjax compile --config tpu_configs/uknowbert_s.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
+§15).
 """
 from kjax.config.presets import uknow_config
 

@@ -9,12 +9,12 @@ For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
       --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples128" --workdir "gs://$BUCKET/runs/bert-v2-8"
 
-Compiled for a v2-8 (`kjax compile --config tpu_configs/v2_8.py --topology
-v2-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): the train step
-needs 4.41 GiB per core of 8 (arguments 1.24, temporaries 3.17): fits. With
-`--fit-batch` (2026-11-26) the largest batch that compiles is 496 (62 per core;
-504 is refused), its memory as XLA reports it 7.82 GiB: one compile that fits
-and three XLA refused.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v2-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 4.41 GiB per core of 8 (arguments 1.24,
+temporaries 3.17): fits.
+`kjax compile --config tpu_configs/v2_8.py --topology v2-8` says it again; with
+`--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 70
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak

@@ -8,12 +8,12 @@ state, no remat. The tokens of 1M steps × 128 (bert_base.py) in 250k steps.
       --config tpu_configs/v3_32.py --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v3-32"
 
-Compiled for a v3-32 as its 4 hosts would (`kjax compile --config
-tpu_configs/v3_32.py --topology v3-32`; libtpu 0.0.42.1, no TPU, 2026-11-27,
-`make tpu-check`): the train step needs 9.21 GiB per core of 16 (arguments
-1.24, temporaries 7.96): fits. With `--fit-batch` (2026-11-26) the largest batch
-that compiles is 864 (27 per core, as on a v3-8; 896 is refused), its memory as
-XLA reports it 16.03 GiB: one compile that fits and three XLA refused.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-32 as its 4 hosts would (jax 0.10.2, libtpu
+0.0.42.1, no TPU), at batch 512 (16 per core) the train step needs 9.21 GiB per
+core of 16 (arguments 1.24, temporaries 7.96): fits.
+`kjax compile --config tpu_configs/v3_32.py --topology v3-32` says it again;
+with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): the step
 is 302 GFLOP per example (kjax.train.step.flops_per_example, bidirectional

@@ -9,16 +9,12 @@ UKNOW base's setting (Table 13: batch 128, lr 1e-4, 1M steps, TPU v3).
       --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v3-8"
 
-Compiled for a v3-8 (`kjax compile --config tpu_configs/v3_8.py --topology
-v3-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): the train step
-needs 9.21 GiB per core of 16 (arguments 1.24, temporaries 7.96): fits. Before
-the explicit path kept its [b, h, q, k] arrays in bf16 (model.attention_logits,
-docs/PERFORMANCE.md) it was 11.54 GiB, with SHAKE's dense B 12.13 GiB, with the
-flash kernel and pairs B 7.73 GiB (the kernel in Pallas' interpret mode: v3's
-Mosaic refuses the kernel itself, docs/TPU.md §15). With `--fit-batch`
-(2026-11-26) the largest batch that compiles is 216 (27 per core; 224 is
-refused), its memory as XLA reports it 16.03 GiB: one compile that fits and
-three XLA refused.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+128 (16 per core) the train step needs 9.21 GiB per core of 16 (arguments 1.24,
+temporaries 7.96): fits.
+`kjax compile --config tpu_configs/v3_8.py --topology v3-8` says it again; with
+`--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 302
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak

@@ -9,13 +9,15 @@ work the same way with their runtime image (docs/TPU.md §2).
       --config.tokenizer.path="gs://$BUCKET/tokenizer/sp" \
       --config.data.dir="gs://$BUCKET/examples" --workdir "gs://$BUCKET/runs/bert-v4-8"
 
-Compiled for a v4-8 (`kjax compile --config tpu_configs/v4_8.py --topology
-v4-8`; libtpu 0.0.42.1, no TPU, 2026-11-27, `make tpu-check`): without remat XLA
-refuses it (temporaries 33.87 GiB of 30.75 usable per chip); with the remat
-policy above the train step needs 10.98 GiB per chip of 32 (arguments 1.24,
-temporaries 9.73): fits. With `--fit-batch` (2026-11-26) the largest batch that
-compiles is 1028 (257 per chip; 1060 is refused, within 1/32), its memory as XLA
-reports it 35.46 GiB: one compile that fits and three XLA refused.
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v4-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (64 per chip) the train step needs 10.98 GiB per chip of 32 (arguments
+1.24, temporaries 9.73): fits.
+`kjax compile --config tpu_configs/v4_8.py --topology v4-8` says it again; with
+`--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
+
+It fits with the remat policy above: without it XLA refuses the step on a
+v4-8 chip.
 
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU; the
 remat policy's recomputation is not counted): 302

@@ -4,7 +4,11 @@ and the benchmarks and tests that read the same programs:
 - record.py: verdicts keyed by the lowered program (.ci/compile_record.json);
 - targets.py: the deviceless H100 the GPU programs compile for;
 - hlo.py: checks on a compiled step's optimized HLO text (scatters, traffic);
-- ptx.py: ptxas' report on the Pallas kernels (registers, spills, wgmma).
+- ptx.py: ptxas' report on the Pallas kernels (registers, spills, wgmma);
+- cases.py: what each check compiles;
+- figures.py: the record's memory figures, written into the presets' headers
+  and the tables of docs/TPU.md and docs/GPU.md
+  (`python -m kjax.compile_checks.figures`).
 
 Not on any verb's path: `kjax compile` is kjax/pretrain/aot.py, which these
 checks call."""

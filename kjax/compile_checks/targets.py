@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import re
 
-# the repository's .ci folder: these checks run from a checkout
-H100_TARGET = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), ".ci", "h100_sxm.txtpb")
+from kjax.compile_checks.record import CHECKOUT
+
+H100_TARGET = os.path.join(CHECKOUT, ".ci", "h100_sxm.txtpb")
 H100_TOPOLOGY = "h100_sxm 1x1x1"   # the name its cases carry in the record
 
 

@@ -1,0 +1,59 @@
+"""What `make tpu-check` and `make gpu-check` compile: one list of cases
+each, read by the checks (.ci/tpu_check.py, .ci/gpu_check.py) and by the
+tables written from the record (figures.py), in this order."""
+from __future__ import annotations
+
+from kjax.compile_checks.record import case_id
+from kjax.compile_checks.targets import H100_TOPOLOGY
+
+SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
+FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
+               "model.attention_impl=flash", "model.attention_dropout_rate=0.0"]
+PACKING = ["train.packing=true"]
+HUGE_BATCH = ["train.batch_size=1048576"]
+MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "mbert_s", "mbert_b",
+          "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r", "uknowbert_w",
+          "roberta_small_shake", "shake_baseline", "shake_pos_plus", "shake_pos_minus",
+          "shake_random", "shake_shared_position", "shake_merged", "modern_small",
+          "modern_base"]
+# (preset, topology, overrides, what the case adds, whether XLA must accept it):
+# the slice presets on their slices, every model preset on a v3-8 (the
+# smallest slice the thesis used), and what changes the program on small models
+TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
+             ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
+             ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
+             ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
+             ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
+             ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
+             # the kernel itself, traced for TPU (Mosaic): v3's Mosaic refuses its bf16
+             # matmuls (E2001, "Unsupported matmul RHS type"), so the oldest slice that takes it
+             ("bert_s", "v4-8", FLASH_PAIRS, "flash kernel, pairs B", True),
+             ("bert_base", "v4-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
+              "flash kernel, attention dropout 0.1 in it, pairs B", True),
+             ("modern_small", "v3-8", PACKING, "packing", True)] + \
+    [(m, "v3-8", [], "", True) for m in MODELS]
+
+# (preset, overrides, what the case is): one H100, the batches of docs/GPU.md's
+# runs (uknowbert_b: its 256 positions at bert_base's tokens per step)
+GPU_CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
+             ("modern_base", ["train.batch_size=16"], "1024×16"),
+             ("uknowbert_b", ["train.batch_size=64"], "256×64"),
+             # the Pallas kernel through Triton, attention dropout and pairs B in it: a
+             # kernel Triton refuses, or one that spills registers, fails here and not
+             # on a user's GPU
+             ("bert_base", ["train.batch_size=32", "model.shake_factor=0.3",
+                            "shake.variant=random", "shake.layout=pairs",
+                            "model.attention_impl=flash"], "512×32, flash: dropout + pairs B")]
+
+
+def tpu_case_id(case) -> str:
+    return case_id("tpu", case[0], case[1], case[2])
+
+
+def gpu_case_id(case) -> str:
+    return case_id("gpu", case[0], H100_TOPOLOGY, case[1])
+
+
+def header_case(preset: str, cases=TPU_CASES):
+    """The case a preset's header quotes: the preset alone on its slice (None: none)."""
+    return next((case for case in cases if case[0] == preset and not case[2]), None)
