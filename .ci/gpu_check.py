@@ -6,7 +6,7 @@
 
 The target is XLA's description of an H100 SXM (.ci/h100_sxm.txtpb: SMs,
 shared memory, HBM, cuDNN 9.28), given to jax as a deviceless topology. The
-step is traced for the GPU (kjax.model.platform: attention takes the path a
+step is traced for the GPU (kjax.config.platform: attention takes the path a
 GPU would, cuDNN where `auto` picks it), compiled, and its optimized HLO
 checked: no scatter-add into a small embedding table, no 16-bit scatter
 without unique indices (kjax/compile_checks/hlo.py); where the step holds

@@ -86,7 +86,7 @@ def test_hlo_traffic_benchmark_prints_a_row_per_variant(tmp_path):
     out = subprocess.run(
         [sys.executable, os.path.join(root, "benchmarks", "step", "hlo_traffic.py"), "--target", "cpu",
          "--config", "demo", "--seq", "32", "--batch", "8", "--hlo", str(tmp_path),
-         "--variant", "demo=", "--variant", "wider=model.intermediate_size=512"],
+         "--variant", "demo=", "--variant", "wider=model.intermediate_size=512", "--no-record"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()
@@ -103,7 +103,7 @@ def test_attention_asks_the_platform_it_lowers_for():
     import jax.numpy as jnp
 
     from kjax.model import attention_core
-    from kjax.model.platform import lowering_for, platform
+    from kjax.config.platform import lowering_for, platform
     assert platform() == "cpu"
     assert attention_core.choose_impl("auto", shaking=False, explicit=False,
                                       dtype=jnp.bfloat16) == "xla"

@@ -39,6 +39,32 @@ def test_builders_resolve_for_the_backend_they_run_on():
     assert platform_defaults.resolved_value("train.dropout_rng", "rbg") == "rbg"
 
 
+def test_auto_keys_follow_the_platform_a_step_is_traced_for():
+    """Traced on this CPU host for a GPU (`kjax compile`, `make gpu-check`), a
+    builder's auto key takes the GPU's value, as attention takes its path."""
+    from kjax.config.platform import lowering_for, platform
+    here = platform_defaults.platform_value("model.scan_unroll", jax.default_backend())
+    with lowering_for("cuda"):
+        assert platform() == "gpu"
+        assert platform_defaults.resolved_value("model.scan_unroll", -1) == 0
+        assert EncoderConfig.from_config(load_config(DEMO_CONFIG).model).scan_unroll == 0
+        assert sorted(platform_defaults.resolve(load_config(DEMO_CONFIG))) == [
+            "model.scan_unroll=0", "train.dropout_rng='rbg'"]
+    assert platform_defaults.resolved_value("model.scan_unroll", -1) == here
+
+
+@pytest.mark.parametrize("name, kjax_name", [("cuda", "gpu"), ("ROCm", "gpu"), ("gpu", "gpu"),
+                                             ("tpu", "tpu"), ("cpu", "cpu")])
+def test_one_name_for_each_platform(name, kjax_name):
+    """kjax.config.platform is the one place jax's platform names become kjax's."""
+    from kjax.config.platform import lowering_for, normalize, platform
+    assert normalize(name) == kjax_name
+    with lowering_for(name):
+        assert platform() == kjax_name
+        assert platform_defaults.resolved_value("train.dropout_rng", "auto") == (
+            "rbg" if kjax_name == "gpu" else "threefry")
+
+
 def test_a_resumed_run_keeps_what_it_recorded(tmp_path):
     """Started on a GPU (recorded rbg, unrolled), resumed here with a config
     that still says auto: the recorded values win, so the masks and the

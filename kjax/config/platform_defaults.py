@@ -1,15 +1,12 @@
-"""Keys whose default depends on the platform the step runs on (issue 33).
+"""Keys whose default depends on the platform the step runs on.
 
 A key set to its `auto` value (`train.dropout_rng="auto"`,
-`model.scan_unroll=-1`) takes the value below for the platform. A default
-changes for a platform only with a measurement behind it
-(docs/PERFORMANCE.md, "platform defaults"):
-
-    GPU   dropout_rng=rbg, scan_unroll=0 (every layer unrolled): on one H200,
-          BERT-base 512 × 32, the preset step went from 89.2 to 71.3 ms
-          (threefry masks and the scan's zero-filled, copied residuals);
-    CPU, TPU  unchanged (threefry, one layer per loop iteration): nothing
-          measured says otherwise.
+`model.scan_unroll=-1`) takes the value below for the platform: on a GPU rbg
+dropout bits and every layer unrolled, elsewhere threefry and one layer per
+loop iteration. A default changes for a platform only with a measurement
+behind it (docs/PERFORMANCE.md, "What decides speed: unrolled layers and the
+dropout generator"). The platform is kjax.config.platform's: the target a
+program is traced for, else the backend jax runs on.
 
 `kjax train` resolves them once, before its first step, and records the
 resolved values in WORKDIR/kjax_config.py: a run resumed on another platform
@@ -20,7 +17,7 @@ resolve them for the platform they run on: there they change speed only.
 """
 from __future__ import annotations
 
-import jax
+from kjax.config import platform as platforms
 
 AUTO = {"train.dropout_rng": "auto", "model.scan_unroll": -1}
 
@@ -31,14 +28,9 @@ PLATFORM_DEFAULTS = {
 }
 
 
-def normalize_platform(platform: str) -> str:
-    """jax's platform names ('cuda', 'rocm', 'gpu', 'tpu', 'cpu') → gpu/tpu/cpu."""
-    return "gpu" if platform in ("cuda", "rocm", "gpu") else platform
-
-
 def platform_value(key: str, platform: str):
     choices = PLATFORM_DEFAULTS[key]
-    return choices.get(normalize_platform(platform), choices["default"])
+    return choices.get(platforms.normalize(platform), choices["default"])
 
 
 def value(config, dotted: str):
@@ -50,8 +42,8 @@ def value(config, dotted: str):
 def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
     """Sets every key still at its auto value, in place: to the `recorded`
     config's value where that one is concrete (a resumed run), else to the
-    platform's (default: the platform jax runs on). Returns `key=value` for
-    each key it set."""
+    platform's (default: kjax.config.platform's, the one traced for). Returns
+    `key=value` for each key it set."""
     resolved = []
     for dotted, auto in AUTO.items():
         section, leaf = dotted.split(".")
@@ -61,17 +53,14 @@ def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
         if recorded is not None and section in recorded and leaf in recorded[section]:
             value = recorded[section][leaf] if recorded[section][leaf] != auto else None
         if value is None:
-            value = platform_value(dotted, platform or _backend())
+            value = platform_value(dotted, platform or platforms.platform())
         config[section][leaf] = value
         resolved.append(f"{dotted}={value!r}")
     return resolved
 
 
 def resolved_value(key: str, value):
-    """`value` of `key`, or its platform default for the backend jax runs on
-    when it is the auto value (the model and step builders' fallback)."""
-    return platform_value(key, _backend()) if value == AUTO[key] else value
-
-
-def _backend() -> str:
-    return jax.default_backend()   # called only when a value is resolved
+    """`value` of `key`, or its platform default when it is the auto value (the
+    model and step builders' fallback): the target being traced for, else the
+    backend jax runs on."""
+    return platform_value(key, platforms.platform()) if value == AUTO[key] else value

@@ -46,10 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from kjax.config.platform import platform
 from kjax.model import flash_tuning
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash_shake import MASK_VALUE, flash_attention
-from kjax.model.platform import platform
 from kjax.shake.matrix import SHAKE_PAIR_KEYS, shake_from_batch
 
 __all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",

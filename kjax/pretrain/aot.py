@@ -32,8 +32,8 @@ import jax
 
 from kjax.batches.synthetic import batch_shapes
 from kjax.config import platform_defaults
+from kjax.config.platform import lowering_for
 from kjax.errors import KjaxError
-from kjax.model.platform import lowering_for
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 
 GIB = 1 << 30

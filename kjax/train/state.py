@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import optax
 
 from kjax import objectives
+from kjax.config.platform import platform
 from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.modern import ModernBertForPreTraining
-from kjax.model.platform import platform
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
 
 
