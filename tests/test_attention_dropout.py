@@ -49,11 +49,18 @@ def test_flash_dropout_matches_explicit_path(case, broadcast):
 
 
 # each kernel its own blocks, as on GPU (forward 16 × 8, dq 8 × 16, dk/dv 16 × 8, over
-# 32 positions: the loops cross 2–4 blocks); and the TPU layout [b, h, s, d]
-@pytest.mark.parametrize("tiling,backend", [("per_kernel", None), ("tpu_layout", "tpu")])
-def test_flash_kernel_tilings_and_layouts_give_the_same_attention(tiling, backend):
-    q, k, v, valid, live, cot, masks = case_inputs("pairs_bf+_segments_window")
-    tiles = (Tiles(16, 8), Tiles(8, 16), Tiles(16, 8)) if tiling == "per_kernel" else None
+# 32 positions: the loops cross 2–4 blocks); the transposed dk/dv kernel (keys × queries)
+# with pairs and with dense B; and the TPU layout [b, h, s, d]
+@pytest.mark.parametrize("tiling,backend,case", [
+    ("per_kernel", None, "pairs_bf+_segments_window"),
+    ("transposed_dkv", None, "pairs_bf+_segments_window"),
+    ("transposed_dkv", None, "dense_bf-_segments_window"),
+    ("tpu_layout", "tpu", "pairs_bf+_segments_window")])
+def test_flash_kernel_tilings_and_layouts_give_the_same_attention(tiling, backend, case):
+    q, k, v, valid, live, cot, masks = case_inputs(case)
+    tiles = {"per_kernel": (Tiles(16, 8), Tiles(8, 16), Tiles(16, 8)),
+             "transposed_dkv": (Tiles(16, 8), Tiles(8, 16), Tiles(16, 8, transposed=1)),
+             "tpu_layout": None}[tiling]
 
     def flash(q, k, v):
         return flash_attention(q, k, v, valid, **masks, dropout_rate=RATE, dropout_words=WORDS,

@@ -68,9 +68,11 @@ def test_the_cache_lies_beside_the_compilation_cache(tmp_path, monkeypatch):
 
 
 def test_tiles_spec_round_trip_and_errors():
-    spec = "128,64,8,2/128,32,4,5/128,32,4,5"
-    assert format_tiles(parse_tiles(spec)) == spec
-    for bad in ("128,64,8,2/128,32,4,5", "a,b/c/d", "128,64,8,2/0,32,4,5/128,32,4,5"):
+    for spec in ("128,64,8,2/128,32,4,5/128,32,4,5", "128,64,8,2/128,32,4,5/128,32,8,5,1"):
+        assert format_tiles(parse_tiles(spec)) == spec
+    assert parse_tiles("128,64,8,2/128,32,4,5/128,32,8,5,1")[2].transposed
+    for bad in ("128,64,8,2/128,32,4,5", "a,b/c/d", "128,64,8,2/0,32,4,5/128,32,4,5",
+                "128,64,8,2,1/128,32,4,5/128,32,4,5", "128,64,8,2/128,32,4,5/128,32,4,5,2"):
         with pytest.raises(ValueError, match="flash tiles"):
             parse_tiles(bad)
 
@@ -201,6 +203,9 @@ def test_attention_tiles_config_errors_are_one_line(tmp_path):
     assert "\n" not in str(e.value) and "F/DQ/DKV" in str(e.value)
     config = load_config(DEMO_CONFIG, ["--config.model.attention_tiles={'*': 'table'}"])
     assert dict(config.model.attention_tiles) == {"*": "table"}
+    spec = "128,64,8,2/128,32,4,5/128,32,8,5,1"
+    config = load_config(DEMO_CONFIG, [f"--config.model.attention_tiles={{'*': '{spec}'}}"])
+    assert dict(config.model.attention_tiles) == {"*": spec}
 
 
 def test_a_resumed_run_takes_the_tiles_its_workdir_recorded(tmp_path):

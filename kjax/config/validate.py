@@ -15,7 +15,7 @@ from kjax.errors import KjaxError
 
 # model.attention_tiles' values: the flash kernels' tiles (kjax/model/flash_tiles.parse_tiles)
 _TILE = r"[1-9]\d*(,[1-9]\d*){3}"
-TILES = re.compile(f"{_TILE}(/{_TILE}){{2}}")
+TILES = re.compile(f"{_TILE}/{_TILE}/{_TILE}(,1)?")
 
 
 def check_values(config, schema: dict = SCHEMA, prefix: str = "") -> None:
@@ -65,6 +65,11 @@ def validate_model(c) -> None:
                         f"{m.num_layers} layers; give one per layer or ()")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in per_layer):
         raise KjaxError(f"model.shake_factor_per_layer={tuple(per_layer)}: give numbers")
+    if m.arch != "bert" and m.scan_unroll != -1:   # its layers differ: never a scanned loop
+        raise KjaxError(f"model.scan_unroll={m.scan_unroll} does nothing with "
+                        f"model.arch='{m.arch}' (its layers are unrolled, never scanned): leave "
+                        f"it at -1 (a run kjax 0.1.0 recorded: set it to -1 in its "
+                        f"kjax_config.py)")
     if m.embedding_size not in (0, m.hidden_size):
         if m.arch != "bert":
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size) needs "

@@ -68,19 +68,49 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols, eq1: bool):
     if st.shake == "dense":
         tile = refs["shake"][rows, cols].astype(jnp.float32)
     else:   # pairs: query i boosts keys key_start[i] <= k < key_end[i] by weight[i]
-        start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
+        start, end, weight = _pairs(refs, rows)
         tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
     return s, s + jnp.abs(s * tile) * refs["bf"][0, 0], mask, tile     # Eq. 1
 
 
-def _loop_step(st: Static, refs: dict, step, carry, rows, k0, bk: int):
+def _pairs(refs: dict, queries, along_rows: bool = False):
+    """B's pairs of queries `queries` (key_start, key_end, weight): [bq, 1], or
+    [1, bq] where the queries run along a row (the transposed dk/dv kernel)."""
+    names = ("key_start", "key_end", "weight")
+    return tuple(refs[n][:, queries] if along_rows else refs[n][queries, :] for n in names)
+
+
+def _tile_t(st: Static, refs: dict, k, q, k0, q0, cols, eq1: bool):
+    """_tile transposed, keys k0.. as rows and queries q0.. as columns: (sᵀ, s'ᵀ,
+    maskᵀ, Bᵀ) [bk, bq]; the key-side refs hold just this block, the query-side
+    ones are rows indexed by `cols`."""
+    bk, bq = k.shape[0], q.shape[0]
+    s = lax.dot_general(k, q, NT, preferred_element_type=jnp.float32)
+    kpos = k0 + lax.broadcasted_iota(jnp.int32, (bk, bq), 0)
+    qpos = q0 + lax.broadcasted_iota(jnp.int32, (bk, bq), 1)
+    mask = refs["key_valid"][...] > 0
+    if st.segments:
+        mask = mask & (refs["k_seg"][...] == refs["q_seg"][:, cols])
+    if st.half_window is not None:
+        mask = mask & (qpos - kpos <= st.half_window) & (kpos - qpos <= st.half_window)
+    if not eq1:
+        return s, s, mask, None
+    if st.shake == "dense":
+        tile = refs["shake_t"][:, cols].astype(jnp.float32)
+    else:
+        start, end, weight = _pairs(refs, cols, along_rows=True)
+        tile = jnp.where((kpos >= start) & (kpos < end), weight.astype(jnp.float32), 0.0)
+    return s, s + jnp.abs(s * tile) * refs["bf"][0, 0], mask, tile     # Eq. 1
+
+
+def _loop_step(st: Static, refs: dict, step, carry, rows, k0, bk: int, along_rows=False):
     """step(eq1, carry) for one tile. Pairs boost few keys per query (pos: a handful near
     it): most tiles skip Eq. 1, on a flag of O(block_q) (a max: Triton lowers no `any`).
     The branch spans the step: a cond inside it, feeding dK/dV's transposed products,
     did not compile on Triton (jax 0.10–0.11)."""
     if st.shake != "pairs":
         return step(st.shake == "dense", carry)
-    start, end, weight = (refs[n][rows, :] for n in ("key_start", "key_end", "weight"))
+    start, end, weight = _pairs(refs, rows, along_rows)
     hit = jnp.max(jnp.where((weight != 0) & (start < k0 + bk) & (end > k0), 1, 0)) > 0
     return lax.cond(hit, functools.partial(step, True), functools.partial(step, False), carry)
 
@@ -110,6 +140,12 @@ def _keep(st: Static, seed, q0, k0, bq: int, bk: int, seq: int):
         cols = k0 + lax.broadcasted_iota(jnp.int32, (1, bk), 1)
         return dropout_hash.keep(seed, rows, cols, seq, st.dropout)
     return dropout_hash.keep_tile(seed, q0, k0, bq, bk, seq, st.dropout)
+
+
+def _keep_t(st: Static, seed, q0, k0, bq: int, bk: int, seq: int):
+    """The keep bits of the transposed tile [bk, bq] (keys as rows)."""
+    keep = _keep(st, seed, q0, k0, bq, bk, seq)
+    return None if keep is None else keep.T
 
 
 def _kept(x, keep):
@@ -257,5 +293,42 @@ def dkv_kernel(*refs, st: Static, names):
     lo, hi = _span(k0, bk, bq, seq // bq, st.half_window)
     dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
     scale = np.float32(_scale(st))          # dV and dK of the dropped P: 1/(1 − rate) once
+    r["dk"][...] = (dk * scale).astype(r["dk"].dtype)
+    r["dv"][...] = (dv * scale).astype(r["dv"].dtype)
+
+
+def dkv_t_kernel(*refs, st: Static, names):
+    """dk/dv with the tile as keys × queries: sᵀ = (k·log₂e)qᵀ, Pᵀ, dPᵀ = V dOᵀ, and
+    dV += Pᵀ dO, dK += dSᵀ Q as plain products (lse and D arrive as rows [1, s])."""
+    r = _named(names, refs)
+    k, v = _log2_scaled(r["k"][...]), r["v"][...]
+    bk, seq = k.shape[0], r["q"].shape[0]
+    k0 = pl.program_id(2) * bk
+    seed, bq = _drop_seed(st, r), st.dkv.inner
+    survival = np.float32(_survival(st))
+
+    def step(q0, cols, eq1, carry):
+        dk, dv = carry
+        q, do = r["q"][cols, :], r["do"][cols, :]
+        lse, delta = r["lse_row"][:, cols], r["delta_row"][:, cols] * survival
+        s, shaken, mask, tile = _tile_t(st, r, k, q, k0, q0, cols, eq1)
+        p = jnp.where(mask, _exp2_minus(shaken, lse), 0.0)
+        keep = _keep_t(st, seed, q0, k0, bq, bk, seq)        # once for dV and dP
+        dv = dv + lax.dot_general(_kept(p, keep).astype(do.dtype), do, NN,
+                                  preferred_element_type=jnp.float32)
+        dp = _kept(lax.dot_general(v, do, NT, preferred_element_type=jnp.float32), keep)
+        ds = _eq1_backward(r, p * (dp - delta), s, tile)
+        dk = dk + lax.dot_general(ds.astype(q.dtype), q, NN, preferred_element_type=jnp.float32)
+        return dk, dv
+
+    def body(i, carry):
+        q0 = pl.multiple_of(i * bq, bq)
+        cols = pl.ds(q0, bq)
+        return _loop_step(st, r, functools.partial(step, q0, cols), carry, cols, k0, bk,
+                          along_rows=True)
+
+    lo, hi = _span(k0, bk, bq, seq // bq, st.half_window)
+    dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
+    scale = np.float32(_scale(st))
     r["dk"][...] = (dk * scale).astype(r["dk"].dtype)
     r["dv"][...] = (dv * scale).astype(r["dv"].dtype)

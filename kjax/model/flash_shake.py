@@ -51,11 +51,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from kjax.config.platform import platform
 from kjax.model import dropout_hash
-from kjax.model.flash_kernels import (MASK_VALUE, Static, dkv_kernel, dq_kernel,
+from kjax.model.flash_kernels import (MASK_VALUE, Static, dkv_kernel, dkv_t_kernel, dq_kernel,
                                       forward_kernel)
 from kjax.model.flash_tiles import Tiles, block_spec, kernel_tiles
-from kjax.model.platform import platform
 
 __all__ = ["MASK_VALUE", "Static", "Tiles", "flash_attention"]
 
@@ -111,10 +111,34 @@ def _attention_bwd(st, residuals, do):
     common = {"q": q, "k": k, "v": v, "do": do.astype(q.dtype), "lse": lse, "delta": delta, **aux}
     (dq,) = _call(dq_kernel, st, st.dq, True, common,
                   {"dq": jax.ShapeDtypeStruct(q.shape, q.dtype)}, "shake_flash_dq")
-    dk, dv = _call(dkv_kernel, st, st.dkv, False, common,
+    kernel = dkv_kernel
+    if st.dkv.transposed and not st.heads_major:
+        kernel, common = dkv_t_kernel, _transposed(common)
+    dk, dv = _call(kernel, st, st.dkv, False, common,
                    {"dk": jax.ShapeDtypeStruct(k.shape, k.dtype),
                     "dv": jax.ShapeDtypeStruct(v.shape, v.dtype)}, "shake_flash_dkv")
     return dq, dk, dv, None     # masks, B and bf: data, no gradient (custom_vjp's zero)
+
+
+def _transposed(common: dict) -> dict:
+    """The operands of the transposed dk/dv kernel (keys as rows, queries as
+    columns): per-query vectors as rows, per-key ones as columns, B as [b, k, q]."""
+    b, s = common["key_valid"].shape[0], common["key_valid"].shape[-1]
+    rows = lambda x: jnp.moveaxis(x[..., 0], 1, 2)[:, :, None, :]  # noqa: E731  [b, h, 1, s]
+    out = {n: common[n] for n in ("q", "k", "v", "do")}
+    out.update(lse_row=rows(common["lse"]), delta_row=rows(common["delta"]))
+    for name, x in common.items():
+        if name in ("q", "k", "v", "do", "lse", "delta"):
+            continue
+        if name in ("key_valid", "k_seg"):
+            out[name] = x.reshape(b, s, 1)
+        elif name in ("q_seg", "key_start", "key_end", "weight"):
+            out[name] = x.reshape(b, 1, s)
+        elif name == "shake":
+            out["shake_t"] = jnp.swapaxes(x, 1, 2)
+        else:
+            out[name] = x                                 # bf, drop
+    return out
 
 
 _attention.defvjp(_attention_fwd, _attention_bwd)

@@ -27,34 +27,38 @@ from jax.experimental import pallas as pl
 @dataclasses.dataclass(frozen=True)
 class Tiles:
     """One kernel's tiling: `outer`, the block its grid walks (queries for the
-    forward and dq, keys for dk/dv); `inner`, the block its loop walks; and
-    Triton's warps per program and software-pipeline stages (GPU only)."""
+    forward and dq, keys for dk/dv); `inner`, the block its loop walks;
+    Triton's warps per program and software-pipeline stages (GPU only); and for
+    dk/dv on GPU, `transposed`: the tile computed as kqᵀ [keys, queries], so
+    dV += PᵀdO and dK += dSᵀQ take their left operand as computed (Triton's
+    fused-attention tutorial's backward), not through a transpose."""
     outer: int
     inner: int
     num_warps: int = 4
     num_stages: int = 2
+    transposed: int = 0      # dk/dv only, GPU: 1 computes the tile as keys × queries
 
 
 # (forward, dq, dk/dv) for Triton by the largest head size they serve (docs/GPU.md §8).
 TRITON_TILES = {64: (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2)),
-                128: (Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 128, 8, 2))}
+                128: (Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 64, 8, 2))}
 
-# What flash_tuning times on a GPU besides the table, by head size, most likely first:
-# Triton's fused-attention tutorial's backward (dk/dv over 128 keys with 32-query steps,
-# dq over 128 queries with 32-key steps, 4 warps, 5 stages), deeper pipelines of the
-# table's tiles, and smaller forward tiles; every one clean under ptxas on sm_90a.
+# What flash_tuning times on a GPU after the table, by head size, every one free of
+# spills under ptxas on sm_90a with padding, dropout and dropout + pairs B + segments +
+# a window: deeper pipelines with dk/dv on 64 × 64 (the fewest loop instructions per
+# entry with dropout); Triton's fused-attention tutorial's backward (dq over 128
+# queries in 32-key steps, 4 warps, 5 stages; dk/dv over 128 keys in 32-query steps
+# computed as keys × queries, on 8 warps: on 4 it spills); everything on 4 warps.
 CANDIDATES = {
-    64: ((Tiles(128, 64, 8, 2), Tiles(128, 32, 4, 5), Tiles(128, 32, 4, 5)),
-         (Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 3), Tiles(64, 128, 8, 3)),
-         (Tiles(128, 64, 4, 3), Tiles(128, 32, 4, 3), Tiles(128, 32, 4, 3)),
+    64: ((Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3)),
+         (Tiles(128, 64, 8, 2), Tiles(128, 32, 4, 5), Tiles(128, 32, 8, 5, 1)),
          (Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3))),
-    128: ((Tiles(128, 64, 8, 3), Tiles(128, 32, 8, 3), Tiles(32, 128, 8, 3)),
-          (Tiles(64, 64, 4, 3), Tiles(64, 32, 4, 3), Tiles(32, 64, 4, 3))),
+    128: ((Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 128, 8, 2, 1)),),
 }
 
 
 def parse_tiles(spec: str) -> tuple[Tiles, Tiles, Tiles]:
-    """'F/DQ/DKV', each outer,inner,warps,stages → the three kernels' Tiles."""
+    """'F/DQ/DKV', each outer,inner,warps,stages (DKV may end in ,1: transposed)."""
     parts = spec.split("/")
     try:
         if len(parts) != 3:
@@ -63,19 +67,22 @@ def parse_tiles(spec: str) -> tuple[Tiles, Tiles, Tiles]:
     except (TypeError, ValueError):
         raise ValueError(f"flash tiles {spec!r}: give F/DQ/DKV, each outer,inner,warps,stages "
                          f"(e.g. 128,64,8,2/128,32,4,5/128,32,4,5)") from None
-    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)):
-        raise ValueError(f"flash tiles {spec!r}: every block, warp and stage count is ≥ 1")
+    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)[:4]) or any(
+            t.transposed not in (0, 1) for t in tiles) or tiles[0].transposed or tiles[1].transposed:
+        raise ValueError(f"flash tiles {spec!r}: every block, warp and stage count is ≥ 1, and "
+                         f"only DKV may end in ,1 (transposed)")
     return tiles
 
 
 def format_tiles(tiles) -> str:
-    return "/".join(",".join(str(x) for x in dataclasses.astuple(t)) for t in tiles)
+    return "/".join(",".join(str(int(x)) for x in dataclasses.astuple(t)[:4 + t.transposed])
+                    for t in tiles)
 
 
 def fit(tiles, seq: int) -> tuple[Tiles, Tiles, Tiles]:
     """Each block shrunk to the largest power of two that divides seq (or seq)."""
     return tuple(Tiles(pick_block(seq, t.outer), pick_block(seq, t.inner), t.num_warps,
-                       t.num_stages) for t in tiles)
+                       t.num_stages, t.transposed) for t in tiles)
 
 
 def _by_head(table: dict, head_dim: int):
@@ -117,7 +124,9 @@ def candidates(seq: int, head_dim: int = 64) -> list[tuple[Tiles, Tiles, Tiles]]
 
 # ---- which block of each operand a grid step (batch, head, i) sees ------------------------
 
-QUERY_SIDE = ("q", "do", "lse", "delta", "q_seg", "key_start", "key_end", "weight", "o", "dq")
+QUERY_SIDE = ("q", "do", "lse", "delta", "lse_row", "delta_row", "q_seg", "key_start",
+              "key_end", "weight", "o", "dq")
+ROWS = ("lse_row", "delta_row")   # [b, h, 1, s]: a query-side statistic laid along a row
 
 
 def block_spec(name: str, shape, over_q: bool, block: int, heads_major: bool):
@@ -125,10 +134,14 @@ def block_spec(name: str, shape, over_q: bool, block: int, heads_major: bool):
     (over_q) or key blocks. The side the grid walks is blocked, the other whole.
     Per-head arrays (q, k, v, o, lse, their gradients) are [b, s, h, x], or
     [b, h, s, x] when `heads_major` (TPU: a block's last two dimensions must be
-    (8, 128)-divisible or whole, and a head squeezed out of [.., h, x] is neither)."""
+    (8, 128)-divisible or whole, and a head squeezed out of [.., h, x] is neither);
+    per-position vectors are a column [b, s, 1] or a row [b, 1, s]; B is [b, q, k]
+    (`shake`) or [b, k, q] (`shake_t`, the transposed dk/dv kernel's)."""
     if name in ("bf", "drop"):
         return pl.BlockSpec(shape, lambda b, h, i: (0, 0))
     blocked = (name in QUERY_SIDE) == over_q
+    if name in ROWS:
+        return pl.BlockSpec((None, None, 1, shape[-1]), lambda b, h, i: (b, h, 0, 0))
     if len(shape) == 4:
         seq = shape[2] if heads_major else shape[1]
         size = block if blocked else seq
@@ -137,12 +150,12 @@ def block_spec(name: str, shape, over_q: bool, block: int, heads_major: bool):
                                 lambda b, h, i: (b, h, i if blocked else 0, 0))
         return pl.BlockSpec((None, size, None, shape[-1]),
                             lambda b, h, i: (b, i if blocked else 0, h, 0))
-    if name == "shake":                      # [b, q, k]
-        if over_q:
+    if name in ("shake", "shake_t"):         # the grid's side along dimension 1 or 2
+        if over_q == (name == "shake"):
             return pl.BlockSpec((None, block, shape[-1]), lambda b, h, i: (b, i, 0))
         return pl.BlockSpec((None, shape[-2], block), lambda b, h, i: (b, 0, i))
-    if name in QUERY_SIDE:                   # [b, s, 1]
+    if shape[-1] == 1:                       # a column [b, s, 1]
         size = block if blocked else shape[-2]
         return pl.BlockSpec((None, size, 1), lambda b, h, i: (b, i if blocked else 0, 0))
-    size = block if blocked else shape[-1]   # [b, 1, s]
+    size = block if blocked else shape[-1]   # a row [b, 1, s]
     return pl.BlockSpec((None, 1, size), lambda b, h, i: (b, 0, i if blocked else 0))

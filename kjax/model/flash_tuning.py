@@ -128,10 +128,11 @@ def _cached_or_timed(call: Call, measure):
     return best
 
 
-def fastest(options, measure, clock=time.perf_counter, budget_s: float = BUDGET_S):
+def fastest(options, measure, clock=time.perf_counter, budget_s: float | None = None):
     """(the fastest of `options` by `measure`, [(tiles, seconds)]): options in
-    order until budget_s has passed; one that fails to compile or run is
-    skipped (None if every one failed)."""
+    order until budget_s (default BUDGET_S) has passed; one that fails to
+    compile or run is skipped (None if every one failed)."""
+    budget_s = BUDGET_S if budget_s is None else budget_s
     start, timings = clock(), []
     for tiles in options:
         if timings and clock() - start > budget_s:
