@@ -3,10 +3,12 @@ GPU's measured fast recipe there, stay as before on CPU and TPU, and a run
 keeps the values it recorded wherever it resumes."""
 from __future__ import annotations
 
+import os
+
 import jax
 import pytest
 
-from conftest import DEMO_CONFIG
+from conftest import DEMO_CONFIG, ROOT
 from kjax.config import load_config, platform_defaults
 from kjax.config.recorded import recorded_config_path, take_notes, write_config_file
 from kjax.model.config import EncoderConfig
@@ -115,3 +117,33 @@ def test_op_by_op_init_gives_the_jitted_parameters(monkeypatch, tmp_path):
                               jax.tree.leaves(shardings)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert b.sharding.is_equivalent_to(sharding, b.ndim)
+
+
+MODERN = os.path.join(ROOT, "tpu_configs", "modern_small.py")
+
+
+@pytest.mark.parametrize("unroll", [0, 1, 4])
+def test_scan_unroll_with_the_modern_recipe_is_refused_in_one_line(unroll):
+    """modern's layers differ (window, θ, layer 0's norm): never a scanned loop,
+    so a scan_unroll it cannot act on is refused, not ignored."""
+    from kjax.errors import KjaxError
+    assert load_config(MODERN).model.scan_unroll == -1
+    with pytest.raises(KjaxError, match=rf"^model.scan_unroll={unroll} does nothing with "
+                                        rf"model.arch='modern' .*: leave it at -1 "):
+        load_config(MODERN, [f"--config.model.scan_unroll={unroll}"])
+    load_config(DEMO_CONFIG, [f"--config.model.scan_unroll={unroll}"])   # bert: acts
+
+
+def test_a_modern_run_records_scan_unroll_unresolved_and_resumes(tmp_path):
+    """`kjax train` resolves only the auto keys that act: a modern run records
+    scan_unroll -1, so its kjax_config.py loads again (resume, eval, export)."""
+    config = load_config(MODERN)
+    assert platform_defaults.resolve(config, "cuda") == ["train.dropout_rng='rbg'"]
+    assert config.model.scan_unroll == -1
+    write_config_file(config, recorded_config_path(str(tmp_path)), "recorded")
+    resumed = load_config(recorded_config_path(str(tmp_path)))
+    take_notes()
+    resolve_platform_defaults(resumed, str(tmp_path))
+    assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("rbg", -1)
+    notes = take_notes()
+    assert not any("scan_unroll" in n for n in notes), notes

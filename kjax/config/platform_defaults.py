@@ -33,6 +33,13 @@ def platform_value(key: str, platform: str):
     return choices.get(platforms.normalize(platform), choices["default"])
 
 
+def keys_for(config) -> list[str]:
+    """The auto keys that act for `config`: model.scan_unroll only where layers
+    are scanned (arch bert; modern's are always unrolled, and it refuses a value)."""
+    arch = config.model.get("arch", "bert") if "model" in config else "bert"
+    return [k for k in AUTO if k != "model.scan_unroll" or arch == "bert"]
+
+
 def value(config, dotted: str):
     """config's value of a dotted key ("train.dropout_rng")."""
     section, leaf = dotted.split(".")
@@ -45,8 +52,8 @@ def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
     platform's (default: kjax.config.platform's, the one traced for). Returns
     `key=value` for each key it set."""
     resolved = []
-    for dotted, auto in AUTO.items():
-        section, leaf = dotted.split(".")
+    for dotted in keys_for(config):
+        auto, (section, leaf) = AUTO[dotted], dotted.split(".")
         if section not in config or config[section].get(leaf, auto) != auto:
             continue
         value = None

@@ -144,12 +144,14 @@ MODEL = {
                                         "last row"),
     "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
     "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
-    "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth"),
+    "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth (arch "
+                       "bert; modern's layers differ and are always unrolled)"),
     "scan_unroll": Key(-1, "layers per iteration of the scanned loop (scan_layers): the "
                        "parameter layout stays stacked, so any value restores the same "
                        "checkpoint; 0: all layers (no loop left, as unrolled layers run); -1: "
                        "the platform's (GPU 0, else 1; kjax/config/platform_defaults.py, "
-                       "recorded by kjax train)", min=0, special=(-1,)),
+                       "recorded by kjax train). Arch bert only: modern refuses any value but "
+                       "-1", min=0, special=(-1,)),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: xla (the explicit reference), "

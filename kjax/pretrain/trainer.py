@@ -193,7 +193,8 @@ def resolve_platform_defaults(config, workdir: str) -> None:
     flash_tuning.forget()
     flash_tuning.keep_recorded(config.model, None if recorded is None else recorded.model)
     here = jax.default_backend()
-    kept = [f"{key}={platform_defaults.value(config, key)!r}" for key in platform_defaults.AUTO
+    kept = [f"{key}={platform_defaults.value(config, key)!r}"
+            for key in platform_defaults.keys_for(config)
             if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
     if recorded is not None and kept:
         note(f"keeping {', '.join(kept)} as recorded in {path} (the run's masks and program; "
