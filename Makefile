@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check gpu-check clean
+.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check gpu-check docs clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,14 @@ $(GPU_VENV)/.installed: setup.py .ci/gpu-constraints.txt
 
 gpu-check: $(GPU_VENV)/.installed
 	$(GPU_VENV)/bin/python .ci/gpu_check.py --record $(RECORD) $(GPU_CHECK_ARGS)
+
+# The generated parts of the docs, from the data they quote: the memory
+# figures from .ci/compile_record.json (docs/TPU.md, docs/GPU.md, the preset
+# headers), then docs/PERFORMANCE.md's tables from benchmarks/results. On a
+# clean checkout it changes nothing (the tests check both).
+docs: $(STAMP)
+	$(PY) -m kjax.compile_checks.figures
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf runs build *.egg-info

@@ -12,7 +12,7 @@ Expected: 11.6 M parameters (8.2 M of them the 32k embedding); `kjax export`
 writes a transformers ModernBertForMaskedLM folder, logits verified ≤ 1e-5.
 Any tokenizer scheme and input mode trains (multihot: --config.model.input_mode=
 multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3
---config.shake.variant=pos. CPU timings: docs/PERFORMANCE.md ("modern").
+--config.shake.variant=pos. CPU timings: benchmarks/results/modern.jsonl.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch

@@ -19,7 +19,7 @@ temporaries 3.17): fits.
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 70
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
 4 chips × 45 = 180 TFLOP/s (22.5 per core); at the ~40 % MFU measured on CPU
-against the matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1000
+against the matmul peak (benchmarks/results: 39.5–46.9 %) ~1000
 examples/s, ~130k tokens/s, ~0.25 s per step (30–50 % MFU: 0.2–0.33 s),
 ~35 h for the 500k steps. A checkpoint every 2000 steps (~8 min).
 """

@@ -19,7 +19,7 @@ Throughput — a PROJECTION, not a measurement (nobody here has a TPU): the step
 is 302 GFLOP per example (kjax.train.step.flops_per_example, bidirectional
 attention counted); the slice's datasheet bf16 peak is 16 chips × 123 =
 1968 TFLOP/s. At the ~40 % MFU measured on CPU against the matmul peak
-(docs/PERFORMANCE.md: 39.5–46.9 % for uknow_small) that is ~2600 examples/s,
+(benchmarks/results: 39.5–46.9 % for uknow_small) that is ~2600 examples/s,
 ~1.3M tokens/s, ~0.2 s per step (30–50 % MFU: 0.16–0.26 s), ~14 h for the
 250k steps. Each host prepares ~650 examples/s; watch `data_wait_fraction`.
 A checkpoint every 2000 steps (~7 min) bounds the work a preemption loses.

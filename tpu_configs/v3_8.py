@@ -19,7 +19,7 @@ temporaries 7.96): fits.
 Throughput — a PROJECTION, not a measurement (nobody here has a TPU): 302
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
 4 chips × 123 = 492 TFLOP/s; at the ~40 % MFU measured on CPU against the
-matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~650 examples/s, ~330k
+matmul peak (benchmarks/results: 39.5–46.9 %) ~650 examples/s, ~330k
 tokens/s, ~0.2 s per step (30–50 % MFU: 0.16–0.26 s), ~2.3 days per 1M
 steps. A checkpoint every 2000 steps (~7 min).
 """

@@ -23,7 +23,7 @@ Throughput — a PROJECTION, not a measurement (nobody here has a TPU; the
 remat policy's recomputation is not counted): 302
 GFLOP per example (kjax.train.step.flops_per_example); datasheet bf16 peak
 4 chips × 275 = 1100 TFLOP/s; at the ~40 % MFU measured on CPU against the
-matmul peak (docs/PERFORMANCE.md: 39.5–46.9 %) ~1450 examples/s, ~750k
+matmul peak (benchmarks/results: 39.5–46.9 %) ~1450 examples/s, ~750k
 tokens/s, ~0.18 s per step (30–50 % MFU: 0.14–0.23 s), ~25 h for the 500k
 steps. A checkpoint every 2000 steps (~6 min).
 """

@@ -87,9 +87,13 @@ def hardware(load_before=None) -> dict:
 
 
 def provenance(load_before=None, extra_versions: dict | None = None) -> dict:
+    """What every row of one run shares; `run` (the UTC time it was written) ties
+    a kjax row to its peer's."""
     commit, dirty = git_state()
+    now = datetime.datetime.now(datetime.timezone.utc)
     return {"hardware": hardware(load_before), "versions": versions(extra_versions),
-            "commit": commit, "dirty": dirty, "date": datetime.date.today().isoformat()}
+            "commit": commit, "dirty": dirty, "date": now.date().isoformat(),
+            "run": now.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
 def check(record: dict) -> None:

@@ -191,7 +191,7 @@ def run_all(args, say=print) -> str:
         if use == "write":
             written = got
         lines.append(row(name, flags, got, status))
-        figures = {f"{p}_s": round(got[p]["s"], 2) for p in PHASES if p in got}
+        figures = {f"{p.replace(' ', '_')}_s": round(got[p]["s"], 2) for p in PHASES if p in got}
         if figures:
             rows.append({"row": name, "overrides": s["extra"], "figures": {
                 **figures, "cache": got.get("compile", {}).get("cache", ""),

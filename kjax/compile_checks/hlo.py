@@ -16,8 +16,8 @@ step dearly (the H100 profile of bert_base, docs/GPU.md):
 when the program is clean. `kernel_traffic(text)` counts the entry
 computation's kernels (fusions and custom calls), those that transpose, and
 the bytes of their operands and results summed: an upper bound on the step's
-memory traffic, what docs/PERFORMANCE.md compares across changes
-(benchmarks/hlo_traffic.py prints it). Both read the text only (no XLA, no
+memory traffic, what the hlo_traffic records compare across changes
+(benchmarks/step/hlo_traffic.py prints it). Both read the text only (no XLA, no
 GPU), so the suite tests them on hand-written snippets (tests/test_hlo_checks.py).
 """
 from __future__ import annotations

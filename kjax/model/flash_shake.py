@@ -165,7 +165,7 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     one mask for every example and head.
     `backend` ("gpu", "tpu"): the platform to lower for (default: jax's).
     `block_q`/`block_k`: every kernel's blocks; `tiles`: each kernel's own
-    (benchmarks/flash_tiles.py); default `kernel_tiles`.
+    (benchmarks/kernels/flash_tiles.py); default `kernel_tiles`.
     """
     b, seq, heads = q.shape[:3]
     layout = "none" if shake is None else ("pairs" if isinstance(shake, dict) else "dense")
