@@ -181,9 +181,16 @@ def with_table(text: str, name: str, lines: list[str], path: str) -> str:
     """`text` (a Markdown file) with the block between `name`'s marks replaced."""
     begin = (f"<!-- {name}: written from .ci/compile_record.json by `{COMMAND}` (make "
              f"tpu-check / gpu-check RECORD=write run it); edit the record, not this -->")
-    end = f"<!-- end of {name} -->"
+    return between_marks(text, begin, f"<!-- end of {name} -->", lines, path)
+
+
+def between_marks(text: str, begin: str, end: str, lines: list[str], path: str) -> str:
+    """`text` with what lies between the lines `begin` and `end` replaced by
+    `lines` (a blank line on each side); MissingFigures unless there is
+    exactly one such pair, in that order. Every generated Markdown block of
+    the repository is written through it."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise MissingFigures(f"{os.path.relpath(path)}: no one pair of marks for {name} "
+        raise MissingFigures(f"{os.path.relpath(path)}: no one pair of marks "
                              f"({begin} ... {end})")
     head, rest = text.split(begin)
     return head + "\n".join([begin, "", *lines, "", end]) + rest.split(end, 1)[1]
