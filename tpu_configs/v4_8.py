@@ -34,7 +34,7 @@ SLICE = "v4-8"  # accelerator type: 4 devices (tests/test_tpu_configs.py checks 
 
 def get_config():
     c = slice_config("v4-8", devices=4, batch_size=256, num_steps=500_000, learning_rate=1.4e-4)
-    # 64 sequences per device do not fit 32 GiB without remat (compiled: temporaries
-    # 33.87 GiB of 30.75); keeping the matmul outputs and recomputing the rest does.
+    # 64 sequences per device do not fit 32 GiB without remat (XLA refuses the
+    # step, `kjax compile`); keeping the matmul outputs and recomputing the rest does.
     c.model.remat_policy = "dots_with_no_batch_dims_saveable"
     return c
