@@ -122,8 +122,9 @@ def keep(seed, rows, cols, seq: int, rate: float):
     """True where entry (query `rows`, key `cols`) of the plane(s) whose `seed`
     is given survives dropout at `rate`, one hash per entry (any layout: Mosaic,
     the transposed backward); the same bits as `keep_tile`."""
-    even, odd = _lanes(pair_hash(seed, rows, _shr(cols, 1), seq), rate)
-    return jnp.where((cols & 1) == 0, even, odd)
+    h = pair_hash(seed, rows, _shr(cols, 1), seq)
+    lane = jnp.where((cols & 1) == 0, _shr(h, LANE_BITS), h & np.int32(LANE_MASK))
+    return lane >= np.int32(threshold(rate))
 
 
 def keep_tile(seed, q0, k0, bq: int, bk: int, seq: int, rate: float):

@@ -9,7 +9,7 @@ of two ≤ 128 that divides the sequence, in every kernel.
 
 On GPU the table below is the start: tilings with which ptxas reports no
 spilled register and no serialized wgmma for an H100 (sm_90a, deviceless:
-benchmarks/flash_tiles.py; `make gpu-check` fails a step whose Pallas kernel
+benchmarks/kernels/flash_tiles.py; `make gpu-check` fails a step whose Pallas kernel
 spills), with padding, with attention dropout and with dropout + pairs B +
 segments + a local window; then the largest tile, as a spill is a round trip
 through local memory inside the inner loop. Which clean tiling is fastest
@@ -67,8 +67,9 @@ def parse_tiles(spec: str) -> tuple[Tiles, Tiles, Tiles]:
     except (TypeError, ValueError):
         raise ValueError(f"flash tiles {spec!r}: give F/DQ/DKV, each outer,inner,warps,stages "
                          f"(e.g. 128,64,8,2/128,32,4,5/128,32,4,5)") from None
-    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)[:4]) or any(
-            t.transposed not in (0, 1) for t in tiles) or tiles[0].transposed or tiles[1].transposed:
+    forms = [t.transposed for t in tiles]
+    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)[:4]) or forms[:2] != [0, 0] \
+            or forms[2] not in (0, 1):
         raise ValueError(f"flash tiles {spec!r}: every block, warp and stage count is ≥ 1, and "
                          f"only DKV may end in ,1 (transposed)")
     return tiles

@@ -116,7 +116,7 @@ def _cached_or_timed(call: Call, measure):
     cache = _read(path)
     if call.signature in cache.get(kind, {}):
         return fit(parse_tiles(cache[kind][call.signature]), call.seq)
-    best, timings = fastest(candidates(call.seq, call.head_dim), measure or _on_device(call))
+    best, _ = fastest(candidates(call.seq, call.head_dim), measure or _on_device(call))
     if best is None:
         return table
     cache = _read(path)                      # another run may have written meanwhile
