@@ -263,32 +263,43 @@ def dq_kernel(*refs, st: Static, names):
     r["dq"][...] = (dq * np.float32(_scale(st))).astype(r["dq"].dtype)
 
 
-def dkv_kernel(*refs, st: Static, names):
+def dkv_kernel(*refs, st: Static, names, transposed: bool = False):
+    """dk/dv over one key block. `transposed`: the tile as keys × queries, sᵀ =
+    (k·log₂e)qᵀ, Pᵀ, dPᵀ = V dOᵀ, so dV += Pᵀ dO and dK += dSᵀ Q are plain
+    products (lse and D then arrive as rows [1, s]: flash_shake._transposed)."""
     r = _named(names, refs)
     k, v = _log2_scaled(r["k"][...]), r["v"][...]
     bk, seq = k.shape[0], r["q"].shape[0]
     k0 = pl.program_id(2) * bk
     seed, bq = _drop_seed(st, r), st.dkv.inner
     survival = np.float32(_survival(st))
+    left = NN if transposed else TN       # Pᵀ·dO and dSᵀ·Q: as computed, or transposed
 
     def step(q0, rows, eq1, carry):
         dk, dv = carry
         q, do = r["q"][rows, :], r["do"][rows, :]
-        lse, delta = r["lse"][rows, :], r["delta"][rows, :] * survival
-        s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
+        if transposed:
+            lse, delta = r["lse_row"][:, rows], r["delta_row"][:, rows]
+            s, shaken, mask, tile = _tile_t(st, r, k, q, k0, q0, rows, eq1)
+            keep = _keep_t(st, seed, q0, k0, bq, bk, seq)
+            dp = lax.dot_general(v, do, NT, preferred_element_type=jnp.float32)
+        else:
+            lse, delta = r["lse"][rows, :], r["delta"][rows, :]
+            s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
+            keep = _keep(st, seed, q0, k0, bq, bk, seq)      # once for dV and dP
+            dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
         p = jnp.where(mask, _exp2_minus(shaken, lse), 0.0)
-        keep = _keep(st, seed, q0, k0, bq, bk, seq)          # once for dV and dP
-        dv = dv + lax.dot_general(_kept(p, keep).astype(do.dtype), do, TN,
+        dv = dv + lax.dot_general(_kept(p, keep).astype(do.dtype), do, left,
                                   preferred_element_type=jnp.float32)
-        dp = _kept(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32), keep)
-        ds = _eq1_backward(r, p * (dp - delta), s, tile)
-        dk = dk + lax.dot_general(ds.astype(q.dtype), q, TN, preferred_element_type=jnp.float32)
+        ds = _eq1_backward(r, p * (_kept(dp, keep) - delta * survival), s, tile)
+        dk = dk + lax.dot_general(ds.astype(q.dtype), q, left, preferred_element_type=jnp.float32)
         return dk, dv
 
     def body(i, carry):
         q0 = pl.multiple_of(i * bq, bq)
         rows = pl.ds(q0, bq)
-        return _loop_step(st, r, functools.partial(step, q0, rows), carry, rows, k0, bk)
+        return _loop_step(st, r, functools.partial(step, q0, rows), carry, rows, k0, bk,
+                          along_rows=transposed)
 
     lo, hi = _span(k0, bk, bq, seq // bq, st.half_window)
     dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
@@ -297,38 +308,4 @@ def dkv_kernel(*refs, st: Static, names):
     r["dv"][...] = (dv * scale).astype(r["dv"].dtype)
 
 
-def dkv_t_kernel(*refs, st: Static, names):
-    """dk/dv with the tile as keys × queries: sᵀ = (k·log₂e)qᵀ, Pᵀ, dPᵀ = V dOᵀ, and
-    dV += Pᵀ dO, dK += dSᵀ Q as plain products (lse and D arrive as rows [1, s])."""
-    r = _named(names, refs)
-    k, v = _log2_scaled(r["k"][...]), r["v"][...]
-    bk, seq = k.shape[0], r["q"].shape[0]
-    k0 = pl.program_id(2) * bk
-    seed, bq = _drop_seed(st, r), st.dkv.inner
-    survival = np.float32(_survival(st))
-
-    def step(q0, cols, eq1, carry):
-        dk, dv = carry
-        q, do = r["q"][cols, :], r["do"][cols, :]
-        lse, delta = r["lse_row"][:, cols], r["delta_row"][:, cols] * survival
-        s, shaken, mask, tile = _tile_t(st, r, k, q, k0, q0, cols, eq1)
-        p = jnp.where(mask, _exp2_minus(shaken, lse), 0.0)
-        keep = _keep_t(st, seed, q0, k0, bq, bk, seq)        # once for dV and dP
-        dv = dv + lax.dot_general(_kept(p, keep).astype(do.dtype), do, NN,
-                                  preferred_element_type=jnp.float32)
-        dp = _kept(lax.dot_general(v, do, NT, preferred_element_type=jnp.float32), keep)
-        ds = _eq1_backward(r, p * (dp - delta), s, tile)
-        dk = dk + lax.dot_general(ds.astype(q.dtype), q, NN, preferred_element_type=jnp.float32)
-        return dk, dv
-
-    def body(i, carry):
-        q0 = pl.multiple_of(i * bq, bq)
-        cols = pl.ds(q0, bq)
-        return _loop_step(st, r, functools.partial(step, q0, cols), carry, cols, k0, bk,
-                          along_rows=True)
-
-    lo, hi = _span(k0, bk, bq, seq // bq, st.half_window)
-    dk, dv = lax.fori_loop(lo, hi, body, (jnp.zeros(k.shape, jnp.float32),) * 2)
-    scale = np.float32(_scale(st))
-    r["dk"][...] = (dk * scale).astype(r["dk"].dtype)
-    r["dv"][...] = (dv * scale).astype(r["dv"].dtype)
+dkv_t_kernel = functools.partial(dkv_kernel, transposed=True)
