@@ -264,12 +264,11 @@ def predictions(recs: list[dict]) -> list[str]:
 def with_block(text: str, name: str, lines: list[str]) -> str:
     begin = (f"<!-- {name}: written by `{COMMAND}` (make docs) from benchmarks/results "
              f"and .ci/compile_record.json; edit those, not this -->")
-    end = f"<!-- end of {name} -->"
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise SystemExit(f"report: {os.path.relpath(DOC)} needs one pair of marks for {name}: "
-                         f"{begin} ... {end}")
-    head, rest = text.split(begin)
-    return head + "\n".join([begin, "", *lines, "", end]) + rest.split(end, 1)[1]
+    from kjax.compile_checks.figures import MissingFigures, between_marks
+    try:
+        return between_marks(text, begin, f"<!-- end of {name} -->", lines, DOC)
+    except MissingFigures as e:
+        raise SystemExit(f"report: {e}") from None
 
 
 def render(text: str, recs: list[dict]) -> str:
