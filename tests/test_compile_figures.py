@@ -154,7 +154,7 @@ def test_a_model_change_is_one_write_and_nothing_else_moves(tmp_path):
     text = preset.read_text()
     assert "needs 8.25 GiB per core of 16" in text and "by hand" not in text
     assert text.startswith('r"""A tiny preset.\n\nMemory, from') and \
-        text.endswith("§15).\n\nThroughput: kept as it is.\n\"\"\"\nfrom kjax.config import defaults\n")
+        text.endswith("docs/TPU.md §15).\n\nThroughput: kept as it is.\n\"\"\"\nfrom kjax.config import defaults\n")
     doc = tpu_md.read_text()
     assert doc.startswith("# TPU.md\n\nBefore.\n\n<!--") and doc.endswith("-->\n\nAfter.\n")
     assert "| `tiny.py` | v3-8 (1) | 128 |" in doc and "| stale |" not in doc

@@ -10,8 +10,8 @@ paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
 256 (32 per core) the train step needs 16.20 GiB per core of 16 (arguments
 3.78, temporaries 12.43): fits.
 `kjax compile --config tpu_configs/bert_large.py --topology v3-8` says it
-again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
-§15).
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 
 With the remat policy below and no FSDP the margin is thin: XLA's own
 accounting decides what fits (docs/TPU.md §15). For a bigger batch shard the

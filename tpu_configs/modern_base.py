@@ -18,8 +18,8 @@ paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
 256 (32 per core) the train step needs 12.65 GiB per core of 16 (arguments
 1.52, temporaries 11.14): fits.
 `kjax compile --config tpu_configs/modern_base.py --topology v3-8` says it
-again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
-§15).
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 
 It fits with remat 'dots_with_no_batch_dims_saveable' (set below): without
 it XLA refuses the step at this batch on a v3-8 core.

@@ -19,8 +19,8 @@ paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
 256 (32 per core) the train step needs 4.03 GiB per core of 16 (arguments 0.13,
 temporaries 3.90): fits.
 `kjax compile --config tpu_configs/modern_small.py --topology v3-8` says it
-again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
-§15).
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config.presets import modern_config
 

@@ -15,8 +15,8 @@ paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
 temporaries 8.18): fits. XLA compiled its program once for it and
 roberta_small_shake.py (the same up to floating-point constants).
 `kjax compile --config tpu_configs/shake_baseline.py --topology v3-8` says it
-again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
-§15).
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config.presets import shake_config
 

@@ -13,8 +13,8 @@ paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
 128 (16 per core) the train step needs 1.02 GiB per core of 16 (arguments 0.13,
 temporaries 0.89): fits.
 `kjax compile --config tpu_configs/uknowbert_w.py --topology v3-8` says it
-again; with `--fit-batch`, also the largest batch that compiles (docs/TPU.md
-§15).
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config.presets import uknow_config
 

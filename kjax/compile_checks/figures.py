@@ -68,8 +68,9 @@ def _entry(entries: dict, case: str) -> dict:
 
 
 def _wrap(text: str) -> list[str]:
-    """Lines of at most WIDTH characters; a `code span` is never broken."""
-    spans = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), text)
+    """Lines of at most WIDTH characters; a `code span` or a "doc.md §N" reference
+    is never broken (a § alone at a line's start would read as a METHODS citation)."""
+    spans = re.sub(r"`[^`]*`|\.md §", lambda m: m.group(0).replace(" ", "\0"), text)
     return [line.replace("\0", " ") for line in
             textwrap.wrap(spans, WIDTH, break_on_hyphens=False, break_long_words=False)]
 
