@@ -9,7 +9,7 @@ DEV    := $(VENV)/.installed-dev
 # The demo and the tests run on CPU; 8 fake devices give the tests a real mesh.
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: venv demo demo-uknowbert test test-fast wheel-check tpu-check gpu-check docs clean
+.PHONY: venv demo demo-uknowbert test test-fast test-flaky wheel-check tpu-check gpu-check docs clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ test: $(DEV)
 # Everything but the tests marked slow.
 test-fast: $(DEV)
 	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 -m "not slow"
+
+# The flake hunt: the fault, multi-process, wheel and outage tests N times
+# (default 10) with a busy loop beside them (tests/flaky.py). Prints each
+# run's failures with their first lines; the record is build/flaky/record.json.
+test-flaky: $(DEV)
+	$(PY) tests/flaky.py --runs $(or $(N),10)
 
 # Every TPU preset compiled for its slice with libtpu, no TPU (.ci/tpu_check.py;
 # docs/TPU.md). Its own venv: libtpu (~700 MB) stays out of .venv, where jax
