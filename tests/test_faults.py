@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import jax
@@ -29,6 +28,9 @@ from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.train.metrics import read_metrics
 from kjax.pretrain.trainer import train
+from waiting import run
+
+WAIT = 600   # seconds: the most one `kjax` command here may take (a 2-core CI VM under load)
 
 
 def damaged_copy(trained, tmp_path, damage) -> str:
@@ -205,15 +207,14 @@ def test_cli_eval_falls_back_or_refuses_in_one_line(trained, prepared, tmp_path)
     cmd = [sys.executable, "-m", "kjax.cli", "eval", "--config", DEMO_CONFIG, "--workdir",
            workdir, *tiny_overrides(str(prepared), **EXTRA)]
     env = {**os.environ, "PYTHONPATH": ROOT}
-    fell_back = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    fell_back = run(cmd, WAIT, "kjax eval", env=env, cwd=ROOT)
     assert fell_back.returncode == 0, fell_back.stderr[-2000:]
     assert json.loads(fell_back.stdout)["step"] == 3
     err = fell_back.stderr.strip().splitlines()
     assert len(err) == 2 and err[0].startswith(f"kjax: warning: checkpoint {workdir}/"
                                               f"checkpoints/6 is damaged"), err
     assert err[1] == "kjax: warning: using step 3, the newest checkpoint that verifies"
-    refused = subprocess.run([*cmd, "--step", "6"], capture_output=True, text=True, env=env,
-                             cwd=ROOT)
+    refused = run([*cmd, "--step", "6"], WAIT, "kjax eval --step 6", env=env, cwd=ROOT)
     assert refused.returncode == 2
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith(f"kjax: error: checkpoint {workdir}/checkpoints/6 is damaged: ")
@@ -222,7 +223,7 @@ def test_cli_eval_falls_back_or_refuses_in_one_line(trained, prepared, tmp_path)
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "6"))
 
 
-# ---- bad configs: exit 2, one stderr line, before anything compiles (issue 19, item 4) ----
+# ---- bad configs: exit 2, one stderr line, before anything compiles ----
 FILES = {
     "syntax.py": ("def get_config(:\n    return 1\n", r"syntax\.py:1: syntax error"),
     "raises.py": ("from kjax.config import defaults\n\ndef get_config():\n    c = defaults()\n"

@@ -1,4 +1,4 @@
-"""Object-store outages (issue 28, docs/RECOVERY.md): `kjax train --workdir
+"""Object-store outages (docs/RECOVERY.md): `kjax train --workdir
 gs://...` against fake-gcs-server behind a gate (tests/gcs.py) that cuts
 every connection and refuses new ones for the outage, while the server keeps
 its objects and upload sessions, as Cloud Storage does. The retry limit is
@@ -25,6 +25,7 @@ import gcs
 from conftest import DEMO_CONFIG, ROOT, tiny_overrides
 from kjax import paths
 from kjax.store_outage import STORE_EXIT
+from waiting import Watched, finish, last_logged, start, wait_for
 
 LIMIT = 8           # seconds: KJAX_STORE_OUTAGE_LIMIT for the runs under test
 SHORT = 2           # seconds after the run met the short outage: it then ends
@@ -59,20 +60,17 @@ class Run:
                                            (self.process.stdout, self.out))]
         for pump in self.pumps:
             pump.start()
+        self.watched = Watched("kjax train", self.process,
+                               lines=lambda: [line for _, line in self.lines])
 
     def _read(self, stream, into):
         for line in stream:
             into.append((time.monotonic(), line.rstrip("\n")))
 
-    def wait(self) -> tuple[int, str, str]:
-        try:
-            self.process.wait(timeout=WAIT)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-        for pump in self.pumps:
-            pump.join(timeout=10)
+    def wait(self, timeout: float = WAIT, what: str | None = None) -> tuple[int, str, str]:
+        finish(self.watched, timeout, what)
+        for pump in self.pumps:   # the pipes close with the process: all lines are in
+            pump.join()
         return (self.process.returncode, "\n".join(line for _, line in self.out),
                 "\n".join(line for _, line in self.lines))
 
@@ -80,29 +78,23 @@ class Run:
         return next((t for t, line in self.lines if text in line), None)
 
 
-def logged(tmp_path, step: int) -> bool:
-    """Whether process 0 logged `step` (to its local mirror of WORKDIR/logs,
-    logdir.py): the save at that step comes next, and meets what we do now."""
+def logged(tmp_path) -> int:
+    """The last step process 0 logged (to its local mirror of WORKDIR/logs,
+    logdir.py): the save at a checkpoint step comes right after its row."""
     import glob
-    for path in glob.glob(str(tmp_path / "mirrors" / "*" / "metrics.jsonl")):
-        with open(path) as f:
-            if any(f'"step": {step},' in line and '"split": "train"' in line for line in f):
-                return True
-    return False
+    return max((last_logged(os.path.dirname(path)) for path in
+                glob.glob(str(tmp_path / "mirrors" / "*" / "metrics.jsonl"))), default=0)
 
 
-def wait_for(check, run: Run, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not check():
-        assert run.process.poll() is None, f"exited before {what}:\n{run.wait()[2][-3000:]}"
-        assert time.monotonic() < deadline, f"no {what} in {WAIT} s"
-        time.sleep(0.1)
+def wait_for_step(run: Run, tmp_path, step: int) -> None:
+    wait_for(f"step {step} logged", lambda: logged(tmp_path) >= step, timeout=WAIT,
+             saw=lambda: f"steps logged: {logged(tmp_path)}", procs=[run.watched])
 
 
-def short_outage(store, run: Run, tmp_path) -> bool:
+def short_outage(store, run: Run, tmp_path) -> None:
     """Cuts the store as the step-10 save begins and opens it again SHORT
     seconds after kjax's own requests met the cut, or CUT_MAX seconds after
-    the cut, whichever comes first; returns whether kjax's requests met it.
+    the cut, whichever comes first (the outage's length is what is injected).
     Under load orbax is often still writing the previous save's arrays when
     the cut begins (the next save waits for it): TensorStore meets the outage
     and bridges it with its own retries (2 × LIMIT from the cut), silently,
@@ -110,17 +102,15 @@ def short_outage(store, run: Run, tmp_path) -> bool:
     outage was not short for TensorStore: it gave up and ended the run with
     the long outage's line. (kjax's own ride-out, lines included, is tested
     in-process below, where nothing else meets the cut first.)"""
-    wait_for(lambda: logged(tmp_path, 10), run, "step 10")
+    wait_for_step(run, tmp_path, 10)
     store.stop_serving()
     end = time.monotonic() + CUT_MAX
-    while (met := run.saw("is unreachable")) is None and time.monotonic() < end \
-            and run.process.poll() is None:
-        time.sleep(0.1)
-    if met is not None:
+    met = wait_for("kjax's requests meeting the outage, or its longest length",
+                   lambda: run.saw("is unreachable") or time.monotonic() >= end,
+                   timeout=CUT_MAX + WAIT, procs=[run.watched])
+    if met is not True:   # kjax met it: the store stays away SHORT seconds more
         time.sleep(max(0.0, min(SHORT, end - time.monotonic())))
     store.serve()
-    time.sleep(0.5)
-    return run.saw("is unreachable") is not None   # (its line may come just as the store opens)
 
 
 def messages(err: str) -> list[str]:
@@ -136,12 +126,13 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     try:
         # 1. Shorter than the limit: the run waits and carries on.
         short_at = time.monotonic()
-        kjax_met_it = short_outage(store, run, tmp_path)
+        short_outage(store, run, tmp_path)
         # 2. Longer: from step 30 on, the store stays away until the run ends.
-        wait_for(lambda: logged(tmp_path, 30), run, "step 30")
+        wait_for_step(run, tmp_path, 30)
         store.stop_serving()
         down = time.monotonic()
-        code, out, err = run.wait()
+        # bounded: TensorStore's retries (2 × LIMIT) at most, then exit (61 s seen under load)
+        code, out, err = run.wait(2 * LIMIT + 90, "the run's exit once the store stayed away")
         stopped_after = time.monotonic() - down
     finally:
         if store.gate.listener is None:
@@ -149,21 +140,20 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     said = messages(err)
     assert code == STORE_EXIT, f"rc {code}:\n{err[-3000:]}"
     assert "Traceback" not in err and "Error:" not in err.replace("kjax: error:", ""), err[-3000:]
-    waiting = [m for m in said if "is unreachable" in m]
-    back = [m for m in said if "is reachable again" in m]
-    errors = [m for m in said if m.startswith("kjax: error:")]
-    assert len(errors) == 1, said
-    error = errors[0]
-    # the long outage's waiting line, and the short one's two when kjax's requests met it
-    assert len(waiting) == 1 + kjax_met_it and len(back) == kjax_met_it, (
-        short_at - run.start, down - run.start,
+    # The short outage's two lines when kjax's own requests met it (none when
+    # TensorStore's retries bridged it), then the long one's waiting line and error.
+    order = [kind for m in said for kind, text in (
+        ("waiting", "is unreachable"), ("back", "is reachable again"), ("error", "kjax: error:"))
+        if text in m]
+    kjax_met_it = order[:2] == ["waiting", "back"]
+    assert order == ["waiting", "back"] * kjax_met_it + ["waiting", "error"], (
+        order, short_at - run.start, down - run.start,
         [(round(t - run.start, 1), line[:150]) for t, line in run.lines if "train:" not in line])
+    (error,) = [m for m in said if m.startswith("kjax: error:")]
     assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for ")
     assert f"KJAX_STORE_OUTAGE_LIMIT={LIMIT} s" in error and "Run the same command" in error
     named = int(error.split("the last complete checkpoint is step ")[1].split(" ")[0])
     assert 10 <= named < 30
-    # bounded: TensorStore's retries (2 × LIMIT) at most, then exit (61 s seen under load)
-    assert stopped_after < 2 * LIMIT + 90, stopped_after
 
     # 3. The store is back: the same command resumes from the step named and finishes.
     code, out, err = Run(store, prepared, tmp_path, work).wait()
@@ -199,16 +189,15 @@ def test_kjax_rides_out_a_short_outage_with_one_line_each_way(store, monkeypatch
     fs.pipe(path, b"before")
     store.stop_serving()
     try:
-        writer = threading.Thread(target=fs.pipe, args=(path, b"during"))
+        writer = threading.Thread(target=fs.pipe, args=(path, b"during"), daemon=True)
         writer.start()
-        deadline = time.monotonic() + 30
-        while not said and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(SHORT)
+        wait_for("kjax's line that the store is unreachable", lambda: bool(said), timeout=60,
+                 saw=lambda: f"the write {'waits' if writer.is_alive() else 'ended'}")
+        time.sleep(SHORT)   # the outage's length (what is injected): SHORT s after kjax met it
     finally:
         store.serve()
-    writer.join(timeout=60)
-    assert not writer.is_alive()
+    wait_for("the write to land once the store is back", lambda: not writer.is_alive(),
+             timeout=60, saw=lambda: f"kjax said {said}")
     assert fs.cat(path) == b"during"
     lines = [line for _, line in said]
     assert len(lines) == 2, lines
@@ -231,13 +220,14 @@ def test_eval_export_prepare_end_in_one_line_when_the_store_is_away(prepared, tm
              "export": ["export", "--workdir", work, "--out", str(tmp_path / "out")],
              "prepare": ["prepare", "--config", DEMO_CONFIG,
                          *tiny_overrides(str(prepared), **{"data.dir": f"{work}/examples"})]}
-    procs = {verb: subprocess.Popen([sys.executable, "-m", "kjax.cli", *argv], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    cwd=str(tmp_path)) for verb, argv in verbs.items()}
+    procs = {verb: start([sys.executable, "-m", "kjax.cli", *argv], f"kjax {verb}",
+                         str(tmp_path / f"{verb}.err"), str(tmp_path / f"{verb}.out"), env=env,
+                         cwd=str(tmp_path)) for verb, argv in verbs.items()}
+    codes = {verb: finish(p, WAIT, procs=list(procs.values())) for verb, p in procs.items()}
     for verb, p in procs.items():
-        out, err = p.communicate(timeout=WAIT)
+        err = open(p.log).read()
         said = [line for line in err.splitlines() if line.startswith("kjax:")]
-        assert p.returncode == STORE_EXIT, (verb, p.returncode, err[-2000:])
+        assert codes[verb] == STORE_EXIT, (verb, codes[verb], err[-2000:])
         assert "Traceback" not in err, (verb, err[-2000:])
         (error,) = [line for line in said if line.startswith("kjax: error:")]
         assert error.startswith(f"kjax: error: gs://{gcs.BUCKET} was unreachable for "), error

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 from etils import epath
@@ -28,9 +27,10 @@ from kjax.checkpoint import manager
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.pretrain import trainer
-from kjax.train.metrics import read_metrics
+from waiting import Watched, committed, last_logged, progress, run, steps_logged, wait_for
 
 LOCAL_PATH = type(epath.Path("/"))
+WAIT = 600   # seconds: the most one `kjax train` here may take (a 2-core CI VM under load)
 
 
 def can_mount() -> bool:
@@ -126,7 +126,7 @@ def resume_and_compare(trained, workdir, restarts: int = 1):
     ckpt = checkpoints_of(workdir)
     assert same_tree(ckpt.restore(6, trained["target"])[0], trained["states"][6])
     ckpt.abandon()
-    assert [r["step"] for r in read_metrics(workdir) if r["split"] == "train"] == list(range(1, 7))
+    assert steps_logged(workdir) == list(range(1, 7))
 
 
 def expect_fault(trained, workdir, says: str):
@@ -136,7 +136,7 @@ def expect_fault(trained, workdir, says: str):
     assert "\n" not in message and says in message, message
     assert "the last complete checkpoint is step 3" in message
     assert message.endswith("then run the same command: it resumes from step 3")
-    assert sorted(int(d) for d in os.listdir(f"{workdir}/checkpoints") if d.isdigit()) == [3]
+    assert committed(f"{workdir}/checkpoints") == [3]
 
 
 @pytest.mark.slow
@@ -161,11 +161,10 @@ def test_disk_full_while_saving_is_one_line_then_the_same_command_resumes(traine
             cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
                    "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
             env = {**os.environ, "PYTHONPATH": ROOT}
-            first = subprocess.run([*cmd, "--stop-at", "3"], capture_output=True, env=env,
-                                   cwd=ROOT)
+            first = run([*cmd, "--stop-at", "3"], WAIT, env=env, cwd=ROOT)
             assert first.returncode == 0, first.stderr[-2000:]
             fill(workdir, leave=256 << 10)  # the disk fills up while step 6 is written
-            cli = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+            cli = run(cmd, WAIT, cwd=ROOT, env=env)
             lines = [line for line in cli.stderr.replace("\r", "\n").splitlines()
                      if line.strip() and not line.startswith("train:")]
             assert cli.returncode == 2 and len(lines) == 1, cli.stderr[-3000:]
@@ -220,34 +219,53 @@ def test_checkpoints_turning_read_only_is_one_line_then_resumes(trained, tmp_pat
             unmount(f"{workdir}/checkpoints")
 
 
+def stopped_past_a_checkpoint(proc: Watched, workdir: str, newer_than: int):
+    """The event a kill -9 between checkpoints needs: a checkpoint newer than
+    `newer_than` committed and a step logged after it. Checked again with the
+    process stopped (SIGSTOP), so what was seen is what the kill leaves:
+    (newest committed, last logged), or None (the process runs on)."""
+    def seen():
+        steps = committed(f"{workdir}/checkpoints")
+        return (steps[-1] if steps else 0), last_logged(workdir)
+    newest, logged = seen()
+    if newest <= newer_than or logged <= newest:
+        return None
+    proc.process.send_signal(signal.SIGSTOP)
+    newest, logged = seen()
+    if newest > newer_than and logged > newest:
+        return newest, logged
+    proc.process.send_signal(signal.SIGCONT)
+    return None
+
+
 @pytest.mark.slow
 def test_each_step_is_logged_once_after_repeated_kill_9(prepared, tmp_path):
     """kill -9 twice between checkpoints, then a run to the end: metrics.jsonl
-    and TensorBoard hold steps 1..N once each (they held repeats before)."""
-    steps, workdir = 120, str(tmp_path / "run")
+    and TensorBoard hold steps 1..N once each (they held repeats before). Each
+    kill comes once a newer checkpoint is committed and steps were logged
+    after it (the rows a resume must drop), whatever the machine's speed."""
+    steps, workdir = 40, str(tmp_path / "run")
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
     cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG, "--workdir",
            workdir, *tiny_overrides(str(prepared), **{"train.num_steps": steps,
-                                                     "train.checkpoint_every": 25})]
-
-    def logged() -> int:
-        rows = [r for r in read_metrics(workdir) if r["split"] == "train"]
-        return max((r["step"] for r in rows), default=0)
-
-    for kill_after in (35, 80):
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 300
-        while logged() < kill_after and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        committed = max(int(d) for d in os.listdir(f"{workdir}/checkpoints") if d.isdigit())
-        assert logged() > committed  # rows past the checkpoint: repeats without the fix
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+                                                     "train.checkpoint_every": 5})]
+    newest = 0
+    for kill in (1, 2):
+        log = str(tmp_path / f"session-{kill}.log")
+        with open(log, "w") as out:
+            proc = Watched(f"kjax train (session {kill})", subprocess.Popen(
+                cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), log)
+        try:
+            newest, logged = wait_for(
+                f"a checkpoint newer than step {newest} and a step logged after it",
+                lambda: stopped_past_a_checkpoint(proc, workdir, newest), timeout=WAIT,
+                saw=lambda: progress(workdir), procs=[proc])
+        finally:
+            proc.stop()   # SIGKILL (stopped or not)
+        assert committed(f"{workdir}/checkpoints")[-1] == newest < logged == last_logged(workdir)
+    done = run(cmd, WAIT, "kjax train (to the end)", env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [r["step"] for r in read_metrics(workdir) if r["split"] == "train"]
-    assert rows == list(range(1, steps + 1))
+    assert steps_logged(workdir) == list(range(1, steps + 1))
     assert purged_scalars(f"{workdir}/tensorboard", "train/loss") == list(range(1, steps + 1))
     assert json.load(open(f"{workdir}/goodput.json"))["restarts"] == 2
 

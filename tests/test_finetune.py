@@ -4,16 +4,14 @@ bit-exactly, --init restores a kjax pretraining checkpoint, and the CLI
 fails in one line. Readers, BIO and metrics: test_finetune_data.py."""
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 
 import flax
 import jax
 import numpy as np
 import pytest
 
+import waiting
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
 from kjax.cli import main
 from kjax.errors import KjaxError
@@ -278,18 +276,16 @@ def test_killed_cli_run_resumes(env, tmp_path):
     # One device: a loaded machine can stall the 8 fake devices' all-reduce (XLA aborts
     # after 40 s), and resuming does not depend on the mesh.
     environ = {**os.environ, "JAX_NUM_CPU_DEVICES": "1", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    ckpts, deadline = os.path.join(out, "checkpoints"), time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if os.path.isdir(ckpts) and any(d.isdigit() for d in os.listdir(ckpts)):
-            break
-        time.sleep(0.05)   # the kill follows the first checkpoint closely
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    steps = [int(d) for d in os.listdir(ckpts) if d.isdigit()]
+    ckpts = os.path.join(out, "checkpoints")
+    proc = waiting.start(cmd, "kjax finetune", str(tmp_path / "killed.log"), cwd=ROOT, env=environ)
+    try:   # the kill follows the first committed checkpoint closely
+        waiting.wait_for("a committed checkpoint", lambda: bool(waiting.committed(ckpts)),
+                         timeout=400, procs=[proc])
+    finally:
+        proc.stop()   # SIGKILL
+    steps = waiting.committed(ckpts)
     assert steps and max(steps) < 80, "the run finished before it could be killed"
-    done = subprocess.run(cmd, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=400)
+    done = waiting.run(cmd, 400, "kjax finetune (resumed)", cwd=ROOT, env=environ)
     assert done.returncode == 0, done.stderr[-2000:]
     with open(os.path.join(out, "metrics.json")) as f:
         result = json.load(f)

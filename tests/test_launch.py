@@ -16,10 +16,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+import waiting
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
@@ -458,11 +459,9 @@ def remote_shell(fake, home, command):
                           text=True, timeout=60)
 
 
-def wait_for(path, timeout=20.0):
-    end = time.time() + timeout
-    while not path.exists():
-        assert time.time() < end, f"{path} never appeared"
-        time.sleep(0.05)
+def wait_for(path, timeout=60.0):
+    waiting.wait_for(f"{path.name} written by the detached job", path.exists, timeout=timeout,
+                     saw=lambda: f"{path.parent} holds {sorted(p.name for p in path.parent.glob('*'))}")
 
 
 def test_run_end_to_end_through_a_remote_shell(fake, worker_home):
