@@ -22,6 +22,7 @@ from fault_helpers import DAMAGES
 from kjax.train.metrics import read_metrics
 from kjax.pretrain.trainer import PREEMPTED_EXIT, train
 from test_train import TIMING, final_params
+from waiting import Watched, committed, finish, progress, run, start, wait_for
 
 STEPS = 24
 EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 10, "train.learning_rate": 3e-3,
@@ -36,7 +37,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(prepared, workdir, logdir, tag: str, die_saving: int | None = None) -> list:
+def launch(prepared, workdir, logdir, tag: str, die_saving: int | None = None) -> list[Watched]:
     """Both processes of one run, each told its role only by the environment
     (what kjax.parallel.mesh.maybe_initialize_distributed reads). Later runs
     reuse the first one's executables from a persistent compilation cache of
@@ -53,25 +54,26 @@ def launch(prepared, workdir, logdir, tag: str, die_saving: int | None = None) -
                "JAX_COMPILATION_CACHE_DIR": os.path.join(logdir, "jax_cache"),
                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": ROOT,
                "KJAX_PEER_TIMEOUT": str(PEER_TIMEOUT)}
-        log = open(os.path.join(logdir, f"{tag}-{i}.log"), "w")
+        log = os.path.join(logdir, f"{tag}-{i}.log")
         kjax = [sys.executable, "-m", "kjax.cli"] if die_saving is None or i == 0 else \
             [sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"), str(die_saving)]
         cmd = [*kjax, "train", "--config", DEMO_CONFIG,
                "--workdir", workdir, *tiny_overrides(str(prepared), **EXTRA)]
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       cwd=ROOT), log))
+        procs.append(start(cmd, f"process {i} ({tag})", log, env=env, cwd=ROOT))
     return procs
 
 
-def finish(procs, deadline: float) -> list[int]:
+def finish_all(procs: list[Watched], timeout: float, workdir: str) -> list[int]:
+    """Every process's exit code. One still running after `timeout` seconds
+    fails the test with the run's progress and every process's last lines;
+    none outlives the test."""
+    deadline = time.monotonic() + timeout
     try:
-        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p, _ in procs]
+        return [finish(p, max(1.0, deadline - time.monotonic()), saw=lambda: progress(workdir),
+                       procs=procs) for p in procs]
     finally:
-        for p, log in procs:  # stragglers: a failed run must not outlive the test
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            log.close()
+        for p in procs:
+            p.stop()
 
 
 def logs(logdir, tag):
@@ -79,7 +81,7 @@ def logs(logdir, tag):
 
 
 def run_two(prepared, workdir, logdir, tag) -> list[str]:
-    codes = finish(launch(prepared, workdir, logdir, tag), time.monotonic() + TIMEOUT)
+    codes = finish_all(launch(prepared, workdir, logdir, tag), TIMEOUT, workdir)
     out = logs(logdir, tag)
     assert codes == [0, 0], f"{tag} exited {codes}:\n{out[0][-3000:]}\n{out[1][-3000:]}"
     return out
@@ -127,23 +129,19 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
 
     # 2. SIGTERM to process 1 only, once training is under way.
     procs = launch(prepared, cut, logdir, "cut")
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while not train_rows(cut):
-            assert all(p.poll() is None for p, _ in procs), logs(logdir, "cut")[0][-3000:]
-            assert time.monotonic() < deadline, "no training step logged in time"
-            time.sleep(0.05)
-        procs[1][0].send_signal(signal.SIGTERM)
+        wait_for("a training step logged", lambda: bool(train_rows(cut)), timeout=TIMEOUT,
+                 saw=lambda: progress(cut), procs=procs)
+        procs[1].process.send_signal(signal.SIGTERM)
     finally:
-        codes = finish(procs, deadline)
+        codes = finish_all(procs, TIMEOUT, cut)
     out = logs(logdir, "cut")
     assert codes == [PREEMPTED_EXIT] * 2, f"{codes}:\n{out[0][-3000:]}\n{out[1][-3000:]}"
     stopped = {int(o.split("after saving step ")[1].split(";")[0]) for o in out}
     assert len(stopped) == 1  # both processes agreed on the step
     (saved,) = stopped
     assert 1 <= saved < STEPS and "Traceback" not in out[0] + out[1]
-    assert max(int(d) for d in os.listdir(os.path.join(cut, "checkpoints"))
-               if d.isdigit()) == saved
+    assert committed(os.path.join(cut, "checkpoints"))[-1] == saved
 
     # 3. Resume: the same command continues bit-exactly.
     run_two(prepared, cut, logdir, "resumed")
@@ -186,16 +184,15 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
     straight, logdir = straight_run
     killed = str(tmp_path / "killed")
     procs = launch(prepared, killed, logdir, "killed")
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while not os.path.isdir(os.path.join(killed, "checkpoints", "10")):
-            assert all(p.poll() is None for p, _ in procs), logs(logdir, "killed")[0][-3000:]
-            assert time.monotonic() < deadline, "step 10 was not saved in time"
-            time.sleep(0.02)
-        procs[1][0].kill()
-        stopped_after = survivor_stops(procs, time.monotonic())
+        wait_for("checkpoint 10 committed",
+                 lambda: 10 in committed(os.path.join(killed, "checkpoints")), timeout=TIMEOUT,
+                 saw=lambda: progress(killed), procs=procs)
+        procs[1].stop()   # SIGKILL
+        stopped_after = survivor_stops(procs, time.monotonic(), killed)
     finally:
-        finish(procs, time.monotonic() + 10)
+        for p in procs:
+            p.stop()
     saved = assert_lost_peer_line_and_restart_is_bit_exact(prepared, killed, logdir, "killed",
                                                            straight)
     print(f"\nprocess 1 killed after step {saved[-1]} was saved: process 0 exited "
@@ -215,11 +212,13 @@ def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exa
     died = str(tmp_path / "died")
     procs = launch(prepared, died, logdir, "died", die_saving=20)
     try:
-        assert procs[1][0].wait(timeout=TIMEOUT) == -signal.SIGKILL, \
-            logs(logdir, "died")[1][-3000:]
-        stopped_after = survivor_stops(procs, time.monotonic())
+        code = finish(procs[1], TIMEOUT, "process 1's death while saving step 20",
+                      saw=lambda: progress(died), procs=procs)
+        assert code == -signal.SIGKILL, f"process 1 exited {code}:\n{procs[1].tail()}"
+        stopped_after = survivor_stops(procs, time.monotonic(), died)
     finally:
-        finish(procs, time.monotonic() + 10)
+        for p in procs:
+            p.stop()
     assert "SIGKILL while saving step 20" in logs(logdir, "died")[1]
     saved = assert_lost_peer_line_and_restart_is_bit_exact(prepared, died, logdir, "died",
                                                            straight)
@@ -228,14 +227,14 @@ def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exa
           f"the restart from step 10 ended bit-identical")
 
 
-def survivor_stops(procs, at: float) -> float:
+def survivor_stops(procs, at: float, workdir: str) -> float:
     """Seconds from `at` (process 1 gone) until process 0 exits, asserting its code."""
     from kjax.parallel.watchdog import PEER_LOST_EXIT
-    code = procs[0][0].wait(timeout=PEER_TIMEOUT + 60)
+    code = finish(procs[0], PEER_TIMEOUT + 60, "process 0's exit after process 1 was gone",
+                  saw=lambda: progress(workdir), procs=procs)
     stopped_after = time.monotonic() - at
     print(f"\nprocess 0 exited {code} {stopped_after:.1f} s after process 1 was gone")
-    assert code == PEER_LOST_EXIT, code
-    assert stopped_after < PEER_TIMEOUT + 60, stopped_after
+    assert code == PEER_LOST_EXIT, f"process 0 exited {code}:\n{procs[0].tail()}"
     return stopped_after
 
 
@@ -249,8 +248,7 @@ def assert_lost_peer_line_and_restart_is_bit_exact(prepared, workdir, logdir, ta
     assert line.startswith("kjax: error: process 1 of 2 stopped responding ("), line
     assert "Restart all 2 processes with the same command" in line
     assert "Traceback" not in out and "Check failure" not in out, out[-3000:]
-    saved = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
-                   if d.isdigit())
+    saved = committed(os.path.join(workdir, "checkpoints"))
     assert saved and saved[-1] < STEPS, saved
 
     run_two(prepared, workdir, logdir, f"after-{tag}")
@@ -261,6 +259,57 @@ def assert_lost_peer_line_and_restart_is_bit_exact(prepared, workdir, logdir, ta
     for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(k_state)):
         assert np.array_equal(a, b)
     return saved
+
+
+# A process of a two-process run with kjax's watchdog and abort guard, and an
+# in-memory stand-in for jax's coordination service; a native thread (no
+# Python, no GIL: what gloo's I/O thread is) then calls abort().
+ABORTING = """
+import ctypes, sys, threading, time
+from kjax.parallel import watchdog
+
+class Coordinator:   # the key-value calls the watchdog makes
+    def __init__(self, peer_alive):
+        self.values, self.peer_alive = {}, peer_alive
+
+    def key_value_set(self, key, value, allow_overwrite=True):
+        self.values[key] = value
+
+    def key_value_dir_get(self, prefix):
+        if self.peer_alive:   # process 1 beats on every look
+            self.values[prefix + "1"] = str(time.monotonic())
+        return list(self.values.items())
+
+dog = watchdog.Watchdog(Coordinator(sys.argv[1] == "alive"), 0, 2, timeout=600)
+dog.interval = 0.1   # the test's own pace; the timeout never passes here
+dog.start()
+watchdog.guard_aborts(dog)
+libc = ctypes.CDLL(None)
+native = ctypes.c_ulong()
+libc.pthread_create(ctypes.byref(native), None, ctypes.cast(libc.abort, ctypes.c_void_p), None)
+threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("peer", ["silent", "alive"])
+def test_an_abort_in_a_library_thread_is_the_lost_process_line_when_a_peer_is_silent(
+        tmp_path, peer):
+    """gloo can abort the survivor of a killed peer from its I/O thread
+    (docs/RECOVERY.md): with the peer silent, the process ends as the
+    watchdog would end it, one line and PEER_LOST_EXIT; with every peer
+    alive, an abort stays an abort."""
+    from kjax.parallel.watchdog import PEER_LOST_EXIT
+    done = run([sys.executable, "-c", ABORTING, peer], 120, f"an aborting process ({peer} peer)",
+               env={**os.environ, "PYTHONPATH": ROOT}, cwd=str(tmp_path))
+    lines = [line for line in done.stderr.splitlines() if line.startswith("kjax:")]
+    if peer == "silent":
+        assert done.returncode == PEER_LOST_EXIT, done.stderr[-2000:]
+        (line,) = lines
+        assert line.startswith("kjax: error: process 1 of 2 stopped responding (silent when a "
+                               "collective library aborted this process; "), line
+        assert "Restart all 2 processes with the same command" in line
+    else:
+        assert done.returncode == -signal.SIGABRT and not lines, (done.returncode, done.stderr)
 
 
 def test_sigterm_saves_at_that_step_and_restores_the_handler(prepared, tmp_path, monkeypatch):
@@ -325,12 +374,12 @@ def test_a_tensor_axis_across_hosts_is_refused_in_one_line(tmp_path):
                "PYTHONPATH": ROOT}
         cmd = [sys.executable, "-m", "kjax.cli", "train", "--config", DEMO_CONFIG,
                "--workdir", str(tmp_path / "run"), *tiny_overrides(str(tmp_path)), *overrides]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, cwd=str(tmp_path)))
-    results = [p.communicate(timeout=TIMEOUT) for p in procs]
-    assert [p.returncode for p in procs] == [2, 2], results
-    for out, err in results:
-        (line,) = err.strip().splitlines()
+        procs.append(start(cmd, f"process {i}", str(tmp_path / f"{i}.err"),
+                           str(tmp_path / f"{i}.out"), env=env, cwd=str(tmp_path)))
+    codes = finish_all(procs, TIMEOUT, str(tmp_path / "run"))
+    assert codes == [2, 2], "\n".join(p.tail() for p in procs)
+    for p in procs:
+        (line,) = open(p.log).read().strip().splitlines()
         assert line.startswith("kjax: error: mesh data=1 × fsdp=1 gives 1 batch shard(s)")
         assert "mesh.tensor=8 spans hosts" in line and "4 devices" in line
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
@@ -392,7 +441,7 @@ def test_checkpoint_barriers_go_through_the_coordinator_not_collectives(monkeypa
     """Multi-process runs switch orbax's barriers to the coordination service
     (kjax.parallel.mesh): a barrier then calls the coordinator's barrier
     function and never `sync_global_devices`, a device all-reduce that can
-    interleave with the step's collectives (the final-save hang of 2026-11-27)."""
+    interleave with the step's collectives (the final-save hang in docs/RECOVERY.md)."""
     from absl import flags
     from jax.experimental import multihost_utils
     from orbax.checkpoint._src.multihost import multihost

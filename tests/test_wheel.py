@@ -17,6 +17,8 @@ from gcs import local_gs_folders
 from kjax import paths
 from test_gcs import upload_demo_corpus
 from test_multiprocess import free_port
+import waiting
+from waiting import Watched, last_logged, wait_for
 
 TIMEOUT = 300   # seconds per command; a hang fails the test
 # Runs kjax's CLI after proving where kjax was imported from (argv[1]).
@@ -64,37 +66,35 @@ def kjax_env(site, tmp, **extra) -> dict:
             "KJAX_LOCAL_LOGS": f"{tmp}/mirror", **extra}   # the run's compilation cache
 
 
-def start(site, tmp, args, tag, **env) -> tuple:
-    log = open(os.path.join(tmp, f"{tag}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, site, *args], cwd=tmp,
-                            env=kjax_env(site, tmp, **env), stdout=log, stderr=subprocess.STDOUT)
-    return proc, log
+def start(site, tmp, args, tag, **env) -> Watched:
+    return waiting.start([sys.executable, "-c", RUNNER, site, *args], tag,
+                         os.path.join(tmp, f"{tag}.log"), cwd=tmp, env=kjax_env(site, tmp, **env))
 
 
-def finish(started, site, tmp, tags, codes) -> list[str]:
+def stop(started: list[Watched]) -> None:
+    for proc in started:   # none outlives the test
+        proc.stop()
+
+
+def finish(started: list[Watched], site, tmp, codes) -> list[str]:
+    """Each process's output once all have exited with `codes`; one running
+    past TIMEOUT fails the test with every process's last lines."""
     deadline = time.monotonic() + TIMEOUT
-    got = []
     try:
-        for proc, _ in started:
-            try:
-                got.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:   # the logs below say where it hung
-                got.append(f"running after {TIMEOUT} s")
+        got = [waiting.finish(p, max(1.0, deadline - time.monotonic()), procs=started)
+               for p in started]
     finally:
-        for proc, log in started:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
-    out = [open(os.path.join(tmp, f"{t}.log")).read() for t in tags]
-    assert got == codes, f"{tags} exited {got}:\n" + "\n".join(o[-3000:] for o in out)
+        stop(started)
+    out = [open(p.log).read() for p in started]
+    assert got == codes, f"{[p.name for p in started]} exited {got}:\n" + "\n".join(
+        o[-3000:] for o in out)
     for o in out:   # the RUNNER's proof: this kjax is the wheel's
         assert f"kjax from {site}/kjax/__init__.py" in o and "Traceback" not in o
     return out
 
 
 def run(site, tmp, args, tag, code=0, **env) -> str:
-    (out,) = finish([start(site, tmp, args, tag, **env)], site, tmp, [tag], [code])
+    (out,) = finish([start(site, tmp, args, tag, **env)], site, tmp, [code])
     return out
 
 
@@ -104,6 +104,11 @@ def two(site, tmp, args, tag) -> list:
                   JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                   JAX_PROCESS_ID=str(i), JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo")
             for i in range(2)]
+
+
+def local_files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root)
+                  for f in fs)
 
 
 def last_json(out: str) -> dict:
@@ -129,24 +134,25 @@ def test_wheel_prepare_train_two_processes_kill_resume_eval_export_on_gcs(site, 
 
     # Two processes; SIGTERM to process 1 once a step is logged: both save one step.
     procs = two(site, tmp, ["train", *config, "--workdir", work], "cut")
-    deadline = time.monotonic() + TIMEOUT
-    metrics = None
-    while metrics is None:
-        assert all(p.poll() is None for p, _ in procs), open(f"{tmp}/cut-0.log").read()[-3000:]
-        assert time.monotonic() < deadline, "no training step logged in time"
+
+    def step_logged():   # process 0's local mirror of WORKDIR/logs (kjax/train/logdir.py)
         found = [os.path.join(d, "metrics.jsonl") for d, _, f in os.walk(f"{tmp}/mirror")
                  if "metrics.jsonl" in f]
-        metrics = found[0] if found and os.path.getsize(found[0]) else None
-        time.sleep(0.05)
-    procs[1][0].send_signal(signal.SIGTERM)
-    logs = finish(procs, site, tmp, ["cut-0", "cut-1"], [143, 143])
+        return bool(found) and any(last_logged(os.path.dirname(m)) for m in found)
+    try:
+        wait_for("a training step logged", step_logged, timeout=TIMEOUT, procs=procs,
+                 saw=lambda: f"local log mirrors: {local_files(f'{tmp}/mirror')}")
+    except BaseException:
+        stop(procs)
+        raise
+    procs[1].process.send_signal(signal.SIGTERM)
+    logs = finish(procs, site, tmp, [143, 143])
     saved = {int(o.split("after saving step ")[1].split(";")[0]) for o in logs}
     assert len(saved) == 1 and 1 <= min(saved) < steps          # both agreed on the step
     assert paths.isfile(f"{work}/kjax_config.py")                 # recorded at step 1 (gs://)
 
     # Resume: the same two processes, no --config (the recorded one), to the end.
-    logs = finish(two(site, tmp, ["train", "--workdir", work], "resume"), site, tmp,
-                  ["resume-0", "resume-1"], [0, 0])
+    logs = finish(two(site, tmp, ["train", "--workdir", work], "resume"), site, tmp, [0, 0])
     assert all(last_json(o)["final_step"] == steps for o in logs)
     assert f"using the config recorded in {work}/kjax_config.py" in logs[0]
     goodput = paths.read_json(f"{work}/logs/goodput.json")

@@ -107,7 +107,10 @@ def run(argv: list[str]) -> int:
     if getattr(args, "distributed", False):
         from kjax.parallel.mesh import maybe_initialize_distributed
         maybe_initialize_distributed()
-    return args.handler(args, config) or 0
+    code = args.handler(args, config) or 0
+    from kjax.parallel import watchdog
+    watchdog.finished()   # a multi-process run's peers stop waiting for this process
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ sharded means changing the rules or the mesh shape, never the model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import flax.linen as nn
@@ -218,18 +219,23 @@ def put_batch(batch: dict, mesh) -> dict:
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
-def global_any(flag: bool, mesh) -> jax.Array:
+def global_any(flag: bool, mesh, after: jax.Array) -> jax.Array:
     """Every process's boolean → one replicated 'any' (a tiny all-reduce over
     the mesh). Dispatched asynchronously: read it a step later so the check
-    costs no host sync. Processes agree because they read the same value."""
+    costs no host sync. Processes agree because they read the same value.
+    `after` (the step's loss) orders it after that step on every device: a
+    device whose step failed (a peer died in its all-reduce) starts no new
+    collective, which its neighbours, still in the step's, would take for
+    theirs (docs/RECOVERY.md)."""
     sharding = NamedSharding(mesh, P(MESH_AXES))
     local = np.full((len(mesh.local_devices),), flag, np.int32)
     flags = jax.make_array_from_process_local_data(sharding, local, (mesh.devices.size,))
-    return _any(flags)
+    return _any(flags, after)
 
 
-@jax.jit
-def _any(flags):
+@functools.partial(jax.jit, keep_unused=True)   # `after` is an argument the program waits for
+def _any(flags, after):
+    del after
     return jnp.max(flags) > 0
 
 

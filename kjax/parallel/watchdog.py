@@ -15,9 +15,13 @@ coordinator that no longer answers, ends this process with
     kjax: error: process 1 of 2 stopped responding (...)
 
 and exit code PEER_LOST_EXIT. jax's own heartbeat timeout is set above ours
-(mesh.py), so ours speaks first. A process that finishes normally marks
-itself done at exit, so a peer still writing its last checkpoint is never
-taken for lost. Nothing is written to the checkpoints: the step being saved
+(mesh.py), so ours speaks first. A process whose command returned marks
+itself done, so a peer still writing its last checkpoint is never taken for
+lost; one that exits with an error marks itself failed, which its peers
+count as silence (they may sit in a collective it will never join). The
+same line and exit code come when a library aborts the process while a peer
+is silent (gloo's checks in its I/O thread, jax's coordination client): see
+`guard_aborts`. Nothing is written to the checkpoints: the step being saved
 when the peer died is never committed (orbax), and all processes started
 again with the same command resume from the last complete one.
 """
@@ -38,7 +42,8 @@ PEER_LOST_EXIT = 69   # EX_UNAVAILABLE (sysexits.h): a service (here: a peer) is
 KEYS = "kjax_alive/"
 _REPORTED = threading.Lock()
 _running: list = []   # this process's watchdog, once started
-DONE = "done"
+DONE = "done"       # the process's command returned: not waited for
+FAILED = "failed"   # it exits with an error: silent from now on
 
 
 def peer_timeout() -> float:
@@ -79,7 +84,9 @@ class Watchdog(threading.Thread):
                 elif value != seen.get(i):
                     seen[i], moved[i] = value, now
                 elif now - moved[i] > self.timeout:
-                    self._lost(i, f"no sign of life for {now - moved[i]:.0f} s")
+                    self._lost(i, f"it exited with an error {now - moved[i]:.0f} s ago"
+                               if value == FAILED else
+                               f"no sign of life for {now - moved[i]:.0f} s")
 
     def _values(self) -> dict[str, str]:
         return {k.rsplit("/", 1)[-1]: v for k, v in self.client.key_value_dir_get(KEYS)}
@@ -107,15 +114,26 @@ class Watchdog(threading.Thread):
               f"from the last complete checkpoint", file=sys.stderr, flush=True)
         os._exit(PEER_LOST_EXIT)   # the main thread may sit in a collective that never returns
 
-    def stop(self) -> None:
-        """This process is finishing normally: say so, and stop watching."""
-        if self.stopped.is_set():
-            return
-        self.stopped.set()
+    def stop(self, outcome: str = FAILED) -> None:
+        """This process is finishing (DONE: its command returned; FAILED: an
+        error ends it): say so, and stop watching. The first call counts."""
+        with _REPORTED:
+            if self.stopped.is_set():
+                return
+            self.stopped.set()
         try:
-            self._beat(DONE)
+            self._beat(outcome)
         except Exception:  # noqa: BLE001 - the coordinator may be gone already
             pass
+
+    def on_abort(self) -> None:
+        """A library is aborting this process: when a peer is silent, that is
+        the cause, and the process ends with the lost-process line instead."""
+        if self.stopped.is_set():
+            return
+        peer = self.silent_peer()
+        if peer is not None:
+            self._lost(peer, "silent when a collective library aborted this process")
 
 
 def start(timeout: float) -> Watchdog | None:
@@ -128,8 +146,46 @@ def start(timeout: float) -> Watchdog | None:
     dog = Watchdog(client, jax.process_index(), jax.process_count(), timeout)
     dog.start()
     _running.append(dog)
-    atexit.register(dog.stop)   # runs before jax's own shutdown (registered earlier)
+    atexit.register(dog.stop)   # FAILED unless finished() came first; before jax's shutdown
+    guard_aborts(dog)
     return dog
+
+
+def finished() -> None:
+    """This process's command returned (the CLI calls this): its peers stop
+    waiting for it, whatever they are still writing."""
+    for dog in _running:
+        dog.stop(DONE)
+
+
+_on_abort = None   # the C handler below, kept alive for as long as it is installed
+
+
+def guard_aborts(dog: Watchdog) -> None:
+    """SIGABRT through `dog.on_abort` first. A peer that dies in the middle of
+    a collective can make gloo abort the survivor from its I/O thread (a
+    C++ exception nobody catches, e.g. "Received data size doesn't match
+    expected size": docs/RECOVERY.md), before the watchdog sees the silence;
+    Python's own signal handlers would only run after the abort. The handler
+    runs in the aborting thread: with a silent peer it prints the lost-process
+    line and exits PEER_LOST_EXIT; otherwise it puts the default action back
+    and returns, and the abort goes on as it would have."""
+    global _on_abort
+    import ctypes
+    import signal
+    try:
+        libc = ctypes.CDLL(None)
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        libc.signal.restype = ctypes.c_void_p
+    except (OSError, AttributeError):   # no C library to ask: aborts stay aborts
+        return
+
+    def on_abort(signum):
+        dog.on_abort()   # does not return when a peer is silent
+        libc.signal(signal.SIGABRT, None)   # SIG_DFL: abort() raises it again
+
+    _on_abort = ctypes.CFUNCTYPE(None, ctypes.c_int)(on_abort)
+    libc.signal(signal.SIGABRT, ctypes.cast(_on_abort, ctypes.c_void_p))
 
 
 def explain(error: BaseException) -> None:

@@ -94,11 +94,12 @@ class PreemptionCheck:
         self.mesh, self.stop, self.pending = mesh, stop, None
         self.multi = jax.process_count() > 1
 
-    def __call__(self) -> bool:
+    def __call__(self, after) -> bool:
+        """The agreement on a signal; `after`: this step's loss (global_any)."""
         if not self.multi:
             return self.stop.received
         agreed = self.pending is not None and bool(read_replicated(self.pending))
-        self.pending = global_any(self.stop.received, self.mesh)
+        self.pending = global_any(self.stop.received, self.mesh, after)
         return agreed
 
 
@@ -270,7 +271,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                     writer.write(step, result, prefix="eval")
                 bar.write(f"eval at step {step}: " + "  ".join(
                     f"{k} {v:.4f}" for k, v in result.items() if isinstance(v, (int, float))))
-            signalled = preempted() or s.checkpoints.reached_preemption(step)
+            signalled = preempted(metrics["loss"]) or s.checkpoints.reached_preemption(step)
             stop_now = signalled or step == stop_at
             if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
                 jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
