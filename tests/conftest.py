@@ -107,6 +107,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of a minute or more (kept in CI)")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with the most slow tests first, each file's tests kept together
+    and in order. `make test` hands tests out one at a time (xdist's
+    loadgroup), so the long runs start early and the two workers end
+    together on short tests instead of one waiting for the other's last
+    long run."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.fspath] = slow.get(item.fspath, 0) + (item.get_closest_marker("slow") is not None)
+    first = {path: i for i, path in enumerate(slow)}
+    items.sort(key=lambda item: (-slow[item.fspath], first[item.fspath]))
+
+
 def pytest_unconfigure(config):
     """Removes the run's compilation cache (see the top), in the process that made it."""
     made = os.environ.get("KJAX_TESTS_OWN_JAX_CACHE")

@@ -106,6 +106,7 @@ def straight_run(prepared, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")   # one worker builds straight_run once for the three
 def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, tmp_path,
                                                                        straight_run):
     straight, logdir = straight_run
@@ -175,6 +176,7 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
     """SIGKILL to process 1 (what a crashed host does) once step 10 is saved:
@@ -201,6 +203,7 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("two_processes")
 def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
     """Process 1 SIGKILLs itself in the middle of saving step 20 (its arrays
