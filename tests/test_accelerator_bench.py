@@ -2,8 +2,11 @@
 so the one command a GPU user runs cannot rot: every part runs (or says why
 not) and prints its rows as it measures them, the run's compilation cache is
 shared by its parts, the per-kernel profile adds up, the train/kill/resume
-run ends where an uninterrupted one does, and the modern_base compile probe
-prints every phase of every variant."""
+run ends where an uninterrupted one does, the modern_base compile probe
+prints every phase of every variant, and the call that settles the
+attention questions (--settle) prints its step rows, its grid and its
+verdict."""
+import argparse
 import gzip
 import json
 import os
@@ -16,7 +19,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "step"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "gpu"))
 import profile_step  # noqa: E402
+import settle  # noqa: E402
 
 TINY = ["--config.model.num_layers=2", "--config.model.hidden_size=64",
         "--config.model.num_heads=2", "--config.model.intermediate_size=128",
@@ -121,15 +126,75 @@ def test_profile_step_on_cpu_adds_up(tmp_path):
     assert all(r["shape"] == {"seq": 32, "batch": 2, "dtype": "float32"} for r in families)
 
 
+def test_settle_verdict_turns_a_flag_only_on_a_win_in_every_round():
+    ms = {"flash-dropout": [36.0, 36.5, 35.9], "gpu-defaults": [39.5, 39.0, 39.8],
+          "pairs-flash-dropout": [44.0, 46.0, 44.5], "pairs-auto": [45.0, 45.5, 45.1]}
+    off = {"dropout": False, "shake": False}
+    line, figures = settle.verdict(ms, off)
+    assert line.startswith('verdict: GPU_FLASH_FASTER = {"dropout": true, "shake": false} '
+                           '(now {"dropout": false, "shake": false}; change kjax/model/')
+    assert "faster in 3/3 rounds" in line and "faster in 2/3 rounds" in line
+    assert figures["flag_dropout"] is True and figures["flag_shake"] is False
+    assert figures["dropout_fused_ms"] == 36.0 and figures["shake_explicit_ms"] == 45.1
+    # flags already on: `auto` ran flash, so there was nothing explicit to beat
+    line, _ = settle.verdict(ms, {"dropout": True, "shake": True})
+    assert line.count("not decided (`auto` already runs flash") == 2 and "no change" in line
+    line, figures = settle.verdict({"gpu-defaults": [39.0]}, off)
+    assert line.count("not decided (a row is missing)") == 2 and figures == \
+        {"flag_dropout": False, "flag_shake": False}
+
+
+def test_settle_steps_print_ratios_and_record_the_verdict(tmp_path, monkeypatch):
+    """Part (s) of --settle from a child's lines (faked): each row ÷ the cuDNN
+    baseline from the rounds taking turns, the verdict, one record per row."""
+    names = {k: n for k, n, _ in settle.BERT_VARIANTS}
+    base_ms = {"cudnn-hidden-dropout": 32.7, "gpu-defaults": 39.5, "flash-dropout": 36.0,
+               "pairs-auto": 45.0, "pairs-flash-dropout": 44.0, "no-dropout": 30.4}
+
+    def child(kind, spec, limit, log, wanted, on_other):
+        assert [n for n, _ in spec["variants"]] == wanted == [names[k] for k, _ in
+                                                             settle.STEP_ROWS]
+        assert spec["alternate"] == settle.ROUNDS and spec["tuning_budget_s"] == 10.0
+        on_other({"flash_faster": {"dropout": False, "shake": False}})
+        for r in range(3):
+            on_other({"round": r, "ms": {names[k]: v + r / 10 for k, v in base_ms.items()}})
+        rows = [{"name": names[k], "overrides": [], "ms": v, "tokens_per_s": 1, "mfu": 0.3,
+                 **({"tiles": {"s512_dropout": "128,64,8,2/128,64,8,2/64,128,8,2"}}
+                    if "flash" in k else {})} for k, v in base_ms.items()]
+        return rows, "(table)"
+    monkeypatch.setattr(settle, "child", child)
+    printed, sections = [], []
+    monkeypatch.setattr(settle, "say", printed.append)
+    ctx = argparse.Namespace(
+        args=argparse.Namespace(no_record=False, results=str(tmp_path)), tiny=False,
+        bert=dict(preset="bert_base", seq=512, batch=32, dtype="bfloat16", rounds=2, steps=5),
+        limit={"s": 250}, log=lambda key: str(tmp_path / f"{key}.log"),
+        part=lambda key, title: sections.append(title), body=sections.append,
+        keep_records=[], load_before=None)
+    settle.steps(ctx)
+    text = "\n".join(printed)
+    assert "| flash-dropout | the preset on the fused path | 36.10 | 1.10× | s512_dropout: " \
+        in text
+    assert "| no-dropout | no dropout at all | 30.50 | 0.93× | – |" in text
+    assert 'verdict: GPU_FLASH_FASTER = {"dropout": true, "shake": true}' in text
+    recs = [json.loads(x) for x in open(tmp_path / "gpu_suite.jsonl", encoding="utf-8")]
+    assert len(recs) == 7 and {r["part"] for r in recs[:6]} == {"b"}
+    assert recs[0]["figures"]["ms_turns"] == 32.8 and recs[2]["figures"]["vs_baseline"] == 1.101
+    assert recs[-1]["row"] == "verdict: GPU_FLASH_FASTER" and recs[-1]["figures"]["flag_shake"]
+
+
 @pytest.mark.slow
 def test_gpu_suite_runs_at_tiny_sizes(tmp_path):
+    """The full set's parts and --settle's (s) and (t) in one run (one compile
+    cache: (b) reads what (s) compiled); --settle's (m) and (f) are their
+    scripts' tests below with --variants 1 and --signals KILL left out."""
     out = tmp_path / "out"
-    proc = bench("benchmarks/gpu/suite.py", "--tiny", "--parts", "abcdeg", "--out", str(out),
-                 "--peer-venv", str(tmp_path / "no_peer"))
+    proc = bench("benchmarks/gpu/suite.py", "--tiny", "--settle", "--parts", "abcdegst",
+                 "--out", str(out), "--peer-venv", str(tmp_path / "no_peer"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = open(out / "gpu_suite.md", encoding="utf-8").read()
     assert "a check of the script" in text   # --tiny: in OUT, no record (bench() checks)
-    for key in "abcdeg":
+    for key in "abcdegst":
         assert f"#### ({key})" in text
         assert f"#### ({key})" in proc.stdout
     # (a): the HF Flax peer is not in this environment: said, not failed
@@ -152,6 +217,29 @@ def test_gpu_suite_runs_at_tiny_sizes(tmp_path):
     assert re.search(r"#### \(g\)[\s\S]*\| ms/step \| share \| launches/step \|", text)
     assert {"profile.md", "step.hlo.txt.gz"} <= set(os.listdir(out / "profile"))
     assert re.search(r"#### \(g\)[^\n]*\n\n`bert_base`.*compile ([\d.]+) s", text)
+    # --settle (s): the six step rows, the rounds taking turns, the ratios, the verdict
+    assert "settle: (s) six step rows + verdict" in proc.stdout
+    for key, why in settle.STEP_ROWS:
+        assert re.search(rf"^\| {key} \| {re.escape(why)} \| [\d.]+ \| [\d.]+× \|", proc.stdout,
+                         re.M), key
+    assert re.search(r"^round 2: cudnn-hidden-dropout [\d.]+ ms, gpu-defaults", proc.stdout, re.M)
+    assert re.search(r'^verdict: GPU_FLASH_FASTER = \{"dropout": (true|false), "shake": '
+                     r'(true|false)\} \(now \{"dropout": false, "shake": false\}; .*with dropout: '
+                     r"fused [\d.]+ ms vs explicit [\d.]+ ms .*with pairs B \(and dropout\): "
+                     r"fused", proc.stdout, re.M)
+    # (t): the grid (cuDNN says it needs a GPU), the alternate tilings, Mosaic, per seq
+    grid = proc.stdout.split("#### (t)")[1]
+    assert "| cudnn | 0.0 | none | 64 | 2 | skipped: needs a GPU |" in grid
+    for impl in ("flash", "xla"):
+        for rate in ("0.0", "0.1"):
+            for b in ("none", "pos", "random"):
+                assert re.search(rf"^\| {impl} \| {rate} \| {b} \| 64 \| 2 \| [\d.]+ \|", grid,
+                                 re.M), (impl, rate, b)
+    for label in ("table", "c1", "c2", "c3"):
+        assert re.search(rf"^\| flash {label} \| 0.1 \| none \| 64 \| 2 \| [\d.]+ \|.*\| "
+                         r"[\d,/]+ \|$", grid, re.M), label
+    assert "| mosaic | 0.0 | none | 128 | 1 | skipped: needs a GPU |" in grid
+    assert re.search(r"^- seq 64: flash ÷ cuDNN –, flash ÷ xla, dropout [\d.]+×", grid, re.M)
 
 
 @pytest.mark.slow

@@ -22,7 +22,15 @@ def emit(**row) -> None:
 
 
 def child_kjax(spec: dict) -> None:
+    """Each variant built, timed and emitted in turn. With `alternate` (rounds),
+    the variants are then timed again taking turns, a round per line; the flash
+    tiles each variant chose are emitted with its row (`tuning_budget_s` bounds
+    their timing on the card)."""
     import jax
+    from kjax.model import attention_core, flash_tuning
+    if "tuning_budget_s" in spec:
+        flash_tuning.BUDGET_S = spec["tuning_budget_s"]
+    kept = {}
     for name, overrides in spec["variants"]:
         emit(start=name)
         extra = spec["extra"] + [f"--config.{o}" for o in overrides]
@@ -32,9 +40,17 @@ def child_kjax(spec: dict) -> None:
         def on_phase(phase, seconds, **info):
             if phase == "compile":   # so a variant cut off in its first step shows its compile
                 emit(phase="compiled", s=round(seconds, 1), cache=info["cache"])
+        flash_tuning.forget()    # what this variant's calls chose, not an earlier one's
         step, times = harness.measure(config, spec["rounds"], spec["steps"], on_phase)
+        tiles = flash_tuning.chosen()
         emit(name=name, overrides=overrides, device=jax.devices()[0].device_kind,
-             **step.figures(statistics.median(times)))
+             **step.figures(statistics.median(times)), **({"tiles": tiles} if tiles else {}))
+        if spec.get("alternate"):
+            kept[name] = step
+    if len(kept) > 1:
+        emit(flash_faster=attention_core.GPU_FLASH_FASTER)
+        harness.alternate(kept, spec["alternate"], spec["steps"], on_round=lambda r, got: emit(
+            round=r, ms={k: round(1000 * v[-1], 2) for k, v in got.items()}))
 
 
 def child_torch(spec: dict) -> None:

@@ -41,6 +41,8 @@ BERT_VARIANTS = [
      GPU_DEFAULTS + ["model.attention_impl=flash"]),
     ("pairs-flash-dropout", "shaking pairs B, preset dropouts, flash, unroll + rbg",
      GPU_DEFAULTS + SHAKE + ["model.attention_impl=flash", "shake.layout=pairs"]),
+    ("pairs-auto", "shaking pairs B, preset dropouts, auto (explicit unless GPU_FLASH_FASTER "
+     "says flash), unroll + rbg", GPU_DEFAULTS + SHAKE + ["shake.layout=pairs"]),
 ]
 # part (a) times these two beside the peer: (b) leaves them out unless asked
 IN_PEER_PART = ("gpu-defaults", "flash-dropout")
@@ -100,9 +102,10 @@ def variant_row(r: dict) -> str:
             f"{mfu} | {peak} |")
 
 
-def child(kind: str, spec: dict, limit: float, log: str, names: list[str]):
+def child(kind: str, spec: dict, limit: float, log: str, names: list[str], on_other=None):
     """Rows of a child part (benchmarks/gpu/children.py), each printed as it
-    arrives; (rows, table)."""
+    arrives; (rows, table). A line that is neither a variant's row nor its
+    progress (an alternating round, ...) goes to `on_other`."""
     rows, table, started, phase = [], [HEAD], [], []
     say(HEAD)
 
@@ -110,6 +113,9 @@ def child(kind: str, spec: dict, limit: float, log: str, names: list[str]):
         if not line.startswith("{"):
             return
         r = json.loads(line)
+        if "name" not in r and "start" not in r and "phase" not in r:
+            (on_other or (lambda r: say(json.dumps(r))))(r)
+            return
         if "start" in r:
             started.append(r["start"])
             return

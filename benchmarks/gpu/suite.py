@@ -19,6 +19,12 @@ is read back by the next (column "cache").
     (m) modern_base's start → first step, phase by phase, per compile variant
         (step/modern_compile.py; not in the full set: a run of its own).
 
+`--settle` runs the call that settles the attention questions instead
+(benchmarks/gpu/settle.py; ≤ 9 min): (s) six BERT-base step rows taking
+turns and the verdict for GPU_FLASH_FASTER, (t) the attention grid at
+16,384 tokens with the flash tiles' alternates and Mosaic, (f) with the
+SIGKILL leg alone, (m) with the default alone.
+
 Seconds per part on a GPU (limits; a part ends sooner when it is done):
 
     part         --quick (≤ 5 min)   full (≤ 9 min)   --parts m
@@ -36,6 +42,7 @@ Seconds per part on a GPU (limits; a part ends sooner when it is done):
     python benchmarks/gpu/suite.py --quick --peer-venv runs/peer_venv
     python benchmarks/gpu/suite.py                    # the full set
     python benchmarks/gpu/suite.py --parts b --b-variants gpu-defaults,flash-dropout
+    python benchmarks/gpu/suite.py --settle           # the attention questions, ≤ 9 min
     JAX_PLATFORMS=cpu python benchmarks/gpu/suite.py --tiny   # CPU check of the script
 
 Each kjax variant line gives compile and first-step time, ms/step (median
@@ -61,6 +68,7 @@ from harness import records  # noqa: E402
 from harness.proc import cache_env  # noqa: E402
 from parts import (BENCHMARKS, DEADLINE, GPU_DEFAULTS, MODERN_VARIANTS, child,  # noqa: E402
                    peer_usable, pick, run, say)
+import settle  # noqa: E402
 
 # seconds per part: (--tiny on CPU, --quick, full)
 LIMITS = {"a": (300, 150, 130), "b": (300, 0, 90), "c_kjax": (200, 75, 70),
@@ -76,8 +84,14 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="CPU sizes: checks the script, no speed")
     ap.add_argument("--quick", action="store_true",
                     help="(a) and (c) only, PyTorch eager only: ≤ 5 minutes on a GPU")
-    ap.add_argument("--parts", default=None, help="default abcdefg (--quick: ac); m: the "
-                    "start → first step probe")
+    ap.add_argument("--parts", default=None, help="default abcdefg (--quick: ac; --settle: "
+                    "stfm); m: the start → first step probe")
+    ap.add_argument("--settle", action="store_true", help="the call that settles the "
+                    "attention questions (settle.py): parts s, t, f (the SIGKILL leg alone), m "
+                    "(the default alone); ≤ 9 minutes on a GPU")
+    ap.add_argument("--tiles", action="append", default=None, metavar="LABEL=F/DQ/DKV",
+                    help="--settle part t: the flash tilings timed beside the tuned ones "
+                    "(default: the table's and flash_tiles.CANDIDATES)")
     ap.add_argument("--b-variants", default="", help="part (b): comma-separated keys (or "
                     "indices) of parts.BERT_VARIANTS (default: those (a) lacks); with "
                     "--parts b alone, part (b) gets the whole budget")
@@ -85,15 +99,17 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT") or os.path.join(harness.ROOT, "runs",
                                                                           "gpu_suite"))
     ap.add_argument("--budget", type=float, default=None,
-                    help="seconds for all parts together (default 290 --quick, 540 full, "
-                    "1500 --tiny; each part also has its own limit)")
+                    help="seconds for all parts together (default 290 --quick, 540 full "
+                    "and --settle, 1500 --tiny; each part also has its own limit)")
     ap.add_argument("--no-cache", action="store_true", help="no persistent compilation cache")
     records.add_arguments(ap)
     args = ap.parse_args()
     tiny, quick = args.tiny, args.quick
+    if args.settle and quick:
+        ap.error("--settle and --quick are two different calls: give one")
     args.no_record |= tiny   # a check of the script, not a result
     keep_records = ["--no-record"] if args.no_record else ["--results", args.results]
-    parts = args.parts or ("ac" if quick else "abcdefg")
+    parts = args.parts or ("stfm" if args.settle else "ac" if quick else "abcdefg")
     budget = args.budget or (1500 if tiny else 290 if quick else 540)
     os.makedirs(args.out, exist_ok=True)
     DEADLINE[0] = time.perf_counter() + budget
@@ -103,6 +119,8 @@ def main():
     if not args.no_cache:   # one cache for every child of this run
         os.environ.update(cache_env(os.path.join(scratch, "jax_cache")))
     limit = {k: v[0] if tiny else v[1] if quick else v[2] for k, v in LIMITS.items()}
+    if args.settle:
+        limit.update({k: v[0 if tiny else 1] for k, v in settle.LIMITS.items()})
     if parts == "b":
         limit["b"] = budget
     sections = []
@@ -144,6 +162,14 @@ def main():
                 dtype="float32" if tiny else "bfloat16", extra=extra,
                 rounds=1 if tiny else 2, steps=1 if tiny else 5)
     say(f"GPU suite: parts {parts}, budget {budget:.0f} s, out {args.out}")
+    if args.settle:
+        say(settle.plan(tiny))
+        ctx = argparse.Namespace(args=args, tiny=tiny, bert=bert, limit=limit, log=log,
+                                 part=part, body=body, keep_records=keep_records,
+                                 load_before=load_before)
+        for key, step in (("s", settle.steps), ("t", settle.attention)):
+            if key in parts:
+                step(ctx)
     if "a" in parts:
         part("a", f"BERT-base seq {bert['seq']} batch {bert['batch']} {bert['dtype']}, kjax "
              "(preset as a GPU runs it; on the flash path) vs HF FlaxBertForPreTraining "
@@ -215,10 +241,12 @@ def main():
                      "64" if tiny else "512,2048,8192", "--tokens", "256" if tiny else "16384",
                      "--steps", "1" if tiny else "5", *keep_records], "attention.py")
     if "f" in parts:
-        part("f", "`kjax train` of a small model: SIGTERM, SIGKILL, resume "
+        signals = "KILL" if args.settle else "TERM,KILL"   # --settle: the leg not yet measured
+        part("f", f"`kjax train` of a small model: {signals.replace(',', ', ')}, resume "
              "(system/train_resume.py)")
         script("f", ["system/train_resume.py", "--out", os.path.join(scratch, "train_resume"),
-                     *keep_records] + (["--tiny"] if tiny else []), "train_resume.py")
+                     "--signals", signals, *keep_records] + (["--tiny"] if tiny else []),
+               "train_resume.py")
         keep(os.path.join(scratch, "train_resume", "kjax.log"), "train_resume")
     if "g" in parts:
         part("g", "where the preset step's time goes (step/profile_step.py, 3 steps traced)")
@@ -232,13 +260,15 @@ def main():
         part("m", "modern_base: start → first step, phase by phase (step/modern_compile.py)")
         script("m", ["step/modern_compile.py", "--out", os.path.join(args.out, "modern_compile"),
                      "--scratch", os.path.join(scratch, "modern_compile"), "--budget",
-                     str(limit["m"] - 10), *keep_records] + (["--tiny"] if tiny else []),
-               "modern_compile.py")
+                     str(limit["m"] - 10), *keep_records] + (["--tiny"] if tiny else [])
+               # --settle: the default alone, its start → first step in one process
+               + (["--variants", "1"] if args.settle else []), "modern_compile.py")
     import jax
     commit, dirty = records.git_state()
     d = jax.devices()
     head = (f"### GPU suite{' (--tiny: a check of the script, no speed)' if tiny else ''}"
-            f"{' (--quick)' if quick else ''} — {datetime.date.today().isoformat()} — "
+            f"{' (--quick)' if quick else ''}{' (--settle)' if args.settle else ''} — "
+            f"{datetime.date.today().isoformat()} — "
             f"{len(d)}× {d[0].device_kind}, jax {jax.__version__}; commit {commit or 'n/a'}"
             f"{' with uncommitted changes' if dirty else ''}\n\n")
     text = head + "\n".join(sections)

@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu/suite.sh --quick      # on the GPU machine: (a) + (c), ≤ 5 min
 #   bash benchmarks/gpu/suite.sh              # the full set, ≤ 9 min
 #   bash benchmarks/gpu/suite.sh --parts m    # modern_base's start → first step, ≤ 7 min
+#   bash benchmarks/gpu/suite.sh --settle     # the attention questions, ≤ 9 min
 #
 # Results: $OUT/gpu_suite.md, the part logs, and the records in $OUT/results
 # (merge them into benchmarks/results with `python benchmarks/report.py --merge
@@ -61,7 +62,7 @@ fi
 export PYTHONPATH="$SITE:$PWD" XLA_PYTHON_CLIENT_PREALLOCATE=false
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
-# suite.py keeps its own budget (290 s --quick, 540 s full, 420 s for m); this
-# is the backstop for a run that must end within 10 minutes
+# suite.py keeps its own budget (290 s --quick, 540 s full and --settle, 420 s
+# for m); this is the backstop for a run that must end within 10 minutes
 timeout 575 python3 benchmarks/gpu/suite.py --out "$OUT" --results "$OUT/results" \
   "${PEER_ARGS[@]}" "$@"

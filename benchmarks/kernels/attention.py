@@ -19,10 +19,16 @@ That the paths agree is tested (tests/test_attention_kernels.py), not timed.
 --grid (for a GPU; benchmarks/kernels/attention_grid.py): one layer fwd+bwd
 at seq 512, 2048, 8192 (batch × seq = --tokens), bf16, for {cudnn, flash,
 xla} × {no dropout, attention dropout 0.1} × {no B, pairs B "pos", pairs B
-"random"}; each row printed as soon as it is measured, stopped after --cap
-seconds. `--tiles LABEL=F/DQ/DKV` (repeatable) adds flash rows with that
-tiling of the three kernels (benchmarks/kernels/flash_tiles.py says which
-tilings spill). Records: benchmarks/results/attention.jsonl.
+"random"}; each row printed and recorded as soon as it is measured, stopped
+after --cap seconds. `--tiles LABEL=F/DQ/DKV` (repeatable) adds flash rows
+with that tiling of the three kernels (benchmarks/kernels/flash_tiles.py
+says which tilings spill); `--flash-tiles table` fixes the plain flash rows'
+tiles instead of timing them on the card, `--tuning-budget S` bounds that
+timing per signature (kjax/model/flash_tuning.py's BUDGET_S); every flash
+row says its tiles. `--impls`, `--rates`, `--b` and `--dtype` pick part of
+the grid (`--impls cudnn,mosaic --rates 0 --b none`: jax's Mosaic GPU
+attention, in float16, beside cuDNN). Records:
+benchmarks/results/attention.jsonl.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402
-from attention_grid import grid, parse_tiling  # noqa: E402
+from attention_grid import LAYOUTS, grid, parse_tiling, pick_impls  # noqa: E402
 from harness import records  # noqa: E402
 from shake_memory import MIB, b_rows, step_rows  # noqa: E402
 
@@ -134,15 +140,41 @@ def main():
                     help="--grid: flash rows with this tiling too, each kernel's as "
                     "outer,inner,warps,stages (kjax/model/flash_tiles.py), e.g. "
                     "large=128,128,4,2/128,128,4,2/128,128,4,2")
+    ap.add_argument("--flash-tiles", metavar="VALUE", help="--grid: the plain flash rows' "
+                    "tiles as model.attention_tiles takes them ('table' or F/DQ/DKV; default: "
+                    "timed on the card)")
+    ap.add_argument("--impls", help="--grid: comma-separated, of cudnn, flash, xla, mosaic "
+                    "and the --tiles labels (default: all but mosaic)")
+    ap.add_argument("--rates", default="0,0.1", help="--grid: attention dropout rates")
+    ap.add_argument("--b", default=",".join(LAYOUTS), help="--grid: B layouts, of "
+                    f"{', '.join(LAYOUTS)}")
+    ap.add_argument("--dtype", help="--grid: q, k, v dtype (default bfloat16; float32 on CPU)")
+    ap.add_argument("--tuning-budget", type=float, help="--grid: seconds of tile timing per "
+                    "flash signature (default flash_tuning.BUDGET_S)")
     records.add_arguments(ap)
     args = ap.parse_args()
     before = harness.load_average()
     if args.grid:
-        rows = grid(ints(args.grid_seqs), args.tokens, args.steps, args.cap,
-                    [parse_tiling(t) for t in args.tiles])
-        records.save(args, "attention", [{**r, "row": f"grid: {r['row']}"} for r in rows],
-                     load_before=before, notes="one layer fwd + bwd, bf16 on GPU "
-                     "(benchmarks/kernels/attention.py --grid)")
+        tilings = [parse_tiling(t) for t in args.tiles]
+        layouts = [x for x in args.b.split(",") if x]
+        if set(layouts) - set(LAYOUTS):
+            ap.error(f"--b {args.b}: choose from {', '.join(LAYOUTS)}")
+        impls = pick_impls([x for x in (args.impls or "").split(",") if x], tilings)
+        note = ("one layer fwd + bwd (benchmarks/kernels/attention.py --grid"
+                + (f"; plain flash rows on tiles {args.flash_tiles}" if args.flash_tiles else "")
+                + ")")
+
+        def record(row):   # at once: a grid cut off or aborted keeps what it measured
+            if not args.no_record:
+                records.write("attention", [{**row, "row": f"grid: {row['row']}"}],
+                              args.results, load_before=before, notes=note)
+        rows = grid(ints(args.grid_seqs), args.tokens, args.steps, args.cap, tilings, impls,
+                    [float(x) for x in args.rates.split(",")], layouts, args.dtype,
+                    args.flash_tiles, record, args.tuning_budget)
+        if not args.no_record:
+            print(f"records: {len(rows)} row(s) added to "
+                  f"{os.path.relpath(os.path.join(args.results, 'attention.jsonl'))}",
+                  flush=True)
         return
     import jax
     tables = args.tables.split(",")

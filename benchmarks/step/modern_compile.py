@@ -26,6 +26,7 @@ not know ends its variant at start ("failed: Unknown flags"), not the run.
     python benchmarks/step/modern_compile.py --out runs/modern_compile   # GPU sizes
     JAX_PLATFORMS=cpu python benchmarks/step/modern_compile.py --tiny     # CPU check
     python benchmarks/gpu/suite.py --parts m                             # in the GPU suite
+    python benchmarks/step/modern_compile.py --variants 1                 # the default only
 
 The table goes to OUT/modern_compile.md and one record per variant to
 benchmarks/results/modern_compile.jsonl (--no-record: none).
@@ -147,7 +148,7 @@ def run_all(args, say=print) -> str:
                     f"data.max_predictions_per_seq={round(0.3 * (64 if tiny else 1024))}"])
     scratch = args.scratch or args.out   # the cache and the trace: bulky
     cache = os.path.join(scratch, "modern_cache")
-    variants = VARIANTS[:4] if tiny else VARIANTS
+    variants = (VARIANTS[:4] if tiny else VARIANTS)[:args.variants]
     title = (f"{spec['preset']} seq {spec['seq']} batch {spec['batch']} {spec['dtype']}, no "
              f"remat: seconds per phase, each variant its own process ({args.first_limit:.0f} s limit "
              f"for the default and the traced default, {args.limit:.0f} s for the others)")
@@ -222,6 +223,8 @@ def main():
     ap.add_argument("--first-limit", type=float, default=120,
                     help="seconds for the default and the traced default")
     ap.add_argument("--budget", type=float, default=420, help="seconds for all variants")
+    ap.add_argument("--variants", type=int, default=None, help="only the first N variants "
+                    "(1: the default alone, start → first step cold)")
     records.add_arguments(ap)
     args = ap.parse_args()
     args.no_record |= args.tiny   # a check of the script, not a result

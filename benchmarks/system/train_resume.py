@@ -9,6 +9,7 @@ logged losses as the uninterrupted one (equal, or the largest difference).
 
     python benchmarks/system/train_resume.py --out runs/train_resume    # GPU sizes
     JAX_PLATFORMS=cpu python benchmarks/system/train_resume.py --tiny    # CPU check
+    python benchmarks/system/train_resume.py --signals KILL              # SIGKILL leg only
 
 One record per run (benchmarks/results/train_resume.jsonl; --tiny: none).
 """
@@ -117,7 +118,9 @@ def run(args, say) -> str:
     runs = {"straight": os.path.join(work, "straight"), "resumed": os.path.join(work, "resumed")}
     t0 = time.perf_counter()
     finish("straight", "straight", kjax(["train", *cfg, "--workdir", runs["straight"]], log, env), t0)
-    for sig, at in zip((signal.SIGTERM, signal.SIGKILL), kills):
+    legs = [(sig, at) for sig, at in zip((signal.SIGTERM, signal.SIGKILL), kills)
+            if sig.name[3:] in args.signals.split(",")]
+    for sig, at in legs:
         t0 = time.perf_counter()
         proc = kjax(["train", *cfg, "--workdir", runs["resumed"]], log, env)
         while proc.poll() is None and max(train_rows(runs["resumed"]) or [0]) < at:
@@ -148,9 +151,13 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="CPU sizes")
     ap.add_argument("--out", default=os.path.join(harness.ROOT, "runs", "train_resume"))
+    ap.add_argument("--signals", default="TERM,KILL", help="which stops the resumed run "
+                    "gets, in this order: TERM (kjax's preemption path), KILL (nothing saved)")
     records.add_arguments(ap)
     args = ap.parse_args()
     args.no_record |= args.tiny   # a check of the script, not a result
+    if not args.signals or set(args.signals.split(",")) - {"TERM", "KILL"}:
+        ap.error(f"--signals {args.signals!r}: give TERM, KILL or TERM,KILL")
     run(args, lambda s: print(s, flush=True))
 
 
