@@ -57,14 +57,15 @@ wheel-check: $(STAMP)
 	$(WHEEL_DIR)/venv/bin/pip install -q $(WHEEL_DIR)/dist/kjax-*.whl
 	cd $(WHEEL_DIR) && bash $(CURDIR)/.ci/wheel_smoke.sh $(CURDIR)/$(WHEEL_DIR)/venv
 
-# Slowest 30 tests listed at the end; tests go out one at a time, files with
-# the most slow tests first (tests/conftest.py), a xdist_group on one worker.
+# Tests go out to the two workers one at a time, files with the most slow
+# tests first (tests/conftest.py), so both end together; the slowest 30 are
+# listed at the end.
 test: $(DEV)
-	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist loadgroup --durations=30
+	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 --durations=30
 
 # Everything but the tests marked slow.
 test-fast: $(DEV)
-	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist loadgroup -m "not slow"
+	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 -m "not slow"
 
 # The flake hunt: the fault, multi-process, wheel and outage tests N times
 # (default 10) with a busy loop beside them (tests/flaky.py). Prints each

@@ -75,6 +75,26 @@ def prepared(tmp_path_factory):
     return tmp
 
 
+def built_once(tmp_path_factory, name: str, build) -> "os.PathLike":
+    """The folder `name`, built by `build(folder)` once for the whole run:
+    under xdist the first worker to ask builds it and the other waits on a
+    file lock, then reads it (it must not change it)."""
+    import fcntl
+    import shutil
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent   # this run's workers share it; other runs have their own
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the builder's file closes
+        if not (folder / ".built").exists():   # first, or the builder failed
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def trained_run(prepared, tmp_path_factory):
     """The workdir of tiny_config(prepared)'s finished run (6 steps, saved at
@@ -110,7 +130,7 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Files with the most slow tests first, each file's tests kept together
     and in order. `make test` hands tests out one at a time (xdist's
-    loadgroup), so the long runs start early and the two workers end
+    --maxschedchunk 1), so the long runs start early and the two workers end
     together on short tests instead of one waiting for the other's last
     long run."""
     slow: dict[str, int] = {}

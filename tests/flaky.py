@@ -1,10 +1,10 @@
 """The flake hunt (`make test-flaky N=10`): the fault, multi-process, wheel
 and outage tests, N times in a row, with busy loops beside them taking CPU
 away as the rest of a CI run does. Each run is pytest on those files with
-the suite's own workers (-n 2 --dist loadgroup, as `make test`); the
-record, printed at the end and kept in build/flaky/record.json, holds each
-run's number, its time, and for every failure the test and the first line
-of what it said. Exits 1 if any run failed.
+the suite's own workers and scheduling (as `make test`); the record,
+printed at the end and kept in build/flaky/record.json, holds each run's
+number, its time, and for every failure the test and the first line of
+what it said. Exits 1 if any run failed.
 
     python tests/flaky.py --runs 3 [--burners 1] [--workers 2] [-- pytest args]
 """
@@ -67,8 +67,9 @@ def main(argv: list[str]) -> int:
             began = time.monotonic()
             with open(log, "w") as out:
                 code = subprocess.run(
-                    [sys.executable, "-m", "pytest", *FILES, "-q", "-n", args.workers, "--dist", "loadgroup",
-                     "-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args],
+                    [sys.executable, "-m", "pytest", *FILES, "-q", "-n", args.workers,
+                     "--dist", "load", "--maxschedchunk", "1", "-p", "no:cacheprovider",
+                     f"--junitxml={junit}", *args.pytest_args],
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                     env={**os.environ, "JAX_NUM_CPU_DEVICES": "8"}).returncode
             bad = failures(junit) if os.path.exists(junit) else [

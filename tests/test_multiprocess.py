@@ -7,6 +7,7 @@ one process SIGKILLed mid-run, and one dying while it saves: the other stops
 in bounded time with one line, and the restart is bit-exact."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
+from conftest import DEMO_CONFIG, ROOT, built_once, tiny_config, tiny_overrides
 from fault_helpers import DAMAGES
 from kjax.train.metrics import read_metrics
 from kjax.pretrain.trainer import PREEMPTED_EXIT, train
@@ -96,20 +97,24 @@ def goodput_rows(workdir) -> list[dict]:
     return [r for r in read_metrics(workdir) if r["split"] == "goodput"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def straight_run(prepared, tmp_path_factory):
-    """(workdir, logdir) of an uninterrupted two-process run (the reference)."""
-    logdir = str(tmp_path_factory.mktemp("two-processes"))
-    workdir = os.path.join(logdir, "straight")
-    run_two(prepared, workdir, logdir, "straight")
-    return workdir, logdir
+    """(workdir, logdir, prepared) of an uninterrupted two-process run (the
+    reference), built once for all workers; the tests that compare with it
+    train on the same prepared data (`prepared` of the worker that built it)."""
+    def build(logdir):
+        run_two(prepared, os.path.join(logdir, "straight"), str(logdir), "straight")
+        with open(os.path.join(logdir, "prepared"), "w") as f:
+            f.write(str(prepared))
+    logdir = built_once(tmp_path_factory, "two-processes", build)
+    with open(logdir / "prepared") as f:
+        return os.path.join(logdir, "straight"), str(logdir), f.read()
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("two_processes")   # one worker builds straight_run once for the three
 def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, tmp_path,
                                                                        straight_run):
-    straight, logdir = straight_run
+    straight, logdir, prepared = straight_run   # its data: the reference trained on it
     single, cut = (str(tmp_path / n) for n in ("single", "cut"))
 
     # 1. Two processes × 4 devices vs one process × 8 devices: the same curve.
@@ -159,15 +164,18 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
     with open(os.path.join(cut, "goodput.json")) as f:
         assert json.load(f)["last_step"] == STEPS
     # 4. The newest step of a finished two-process run damaged: both processes
-    # agree it fails, process 0 moves it aside, and the run ends as before.
-    DAMAGES["largest array chunk file zeroed"](os.path.join(straight, "checkpoints", str(STEPS)))
-    out = run_two(prepared, straight, logdir, "fallback")
-    assert f"checkpoint {straight}/checkpoints/{STEPS} is damaged" in out[0]
-    assert len(os.listdir(os.path.join(straight, "checkpoints", "damaged"))) == 1
-    f_state, f_data = final_params(config, straight)
+    # agree it fails, process 0 moves it aside, and the run ends as before
+    # (on a copy: the other tests read the reference).
+    fallback = str(tmp_path / "fallback")
+    shutil.copytree(straight, fallback)
+    DAMAGES["largest array chunk file zeroed"](os.path.join(fallback, "checkpoints", str(STEPS)))
+    out = run_two(prepared, fallback, logdir, "fallback")
+    assert f"checkpoint {fallback}/checkpoints/{STEPS} is damaged" in out[0]
+    assert len(os.listdir(os.path.join(fallback, "checkpoints", "damaged"))) == 1
+    f_state, f_data = final_params(config, fallback)
     assert f_data == r_data and all(np.array_equal(a, b) for a, b in zip(
         jax.tree.leaves(f_state), jax.tree.leaves(r_state)))
-    logged = [r["step"] for r in read_metrics(straight) if r["split"] == "train"]
+    logged = [r["step"] for r in read_metrics(fallback) if r["split"] == "train"]
     assert logged == list(range(1, STEPS + 1))  # each step once
     print(f"\nsingle 8-device vs two-process loss at steps 1/{saved}/{STEPS}: "
           f"{one[1]['loss']:.6f}/{one[saved]['loss']:.6f}/{one[STEPS]['loss']:.6f} vs "
@@ -176,14 +184,13 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("two_processes")
 def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
     """SIGKILL to process 1 (what a crashed host does) once step 10 is saved:
     process 0 stops within KJAX_PEER_TIMEOUT with one line naming process 1
     (not in a collective forever, not with jax's abort), exit code 69; both
     started again end bit-identical to the uninterrupted run."""
-    straight, logdir = straight_run
+    straight, logdir, prepared = straight_run   # its data: the reference trained on it
     killed = str(tmp_path / "killed")
     procs = launch(prepared, killed, logdir, "killed")
     try:
@@ -203,7 +210,6 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("two_processes")
 def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
     """Process 1 SIGKILLs itself in the middle of saving step 20 (its arrays
@@ -211,7 +217,7 @@ def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exa
     waiting for it to commit, stops within KJAX_PEER_TIMEOUT with the same
     line; step 20 is never committed, and both started again resume from
     step 10 and end bit-identical to the uninterrupted run."""
-    straight, logdir = straight_run
+    straight, logdir, prepared = straight_run   # its data: the reference trained on it
     died = str(tmp_path / "died")
     procs = launch(prepared, died, logdir, "died", die_saving=20)
     try:
@@ -466,3 +472,28 @@ def test_checkpoint_barriers_go_through_the_coordinator_not_collectives(monkeypa
     checkpoint_barriers_through_coordinator()
     multihost.sync_global_processes("kjax-test-after")
     assert calls == ["kjax-test-after"]
+
+
+def test_processes_meet_at_the_coordinators_barrier_before_the_first_step(monkeypatch):
+    """Before a run's first step every process waits at the coordination
+    service's barrier (kjax.parallel.mesh.processes_meet), so gloo's 30 s to
+    form a communicator start with every process there; one process alone
+    meets nobody."""
+    from jax._src import distributed
+
+    from kjax.parallel import mesh
+    from kjax.pretrain import trainer
+    calls = []
+
+    class Client:
+        def wait_at_barrier(self, name, timeout_ms):
+            calls.append((name, timeout_ms))
+
+    mesh.processes_meet("alone")
+    assert calls == []
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(distributed.global_state, "client", Client())
+    mesh.processes_meet("train_loop")
+    assert calls == [("kjax/train_loop", mesh.MEET_TIMEOUT_S * 1000)]
+    loop = open(trainer.__file__).read().split("def _loop(")[1]
+    assert loop.index('processes_meet("train_loop")') < loop.index("train_step(state, batch)")

@@ -117,6 +117,22 @@ def maybe_initialize_distributed() -> None:
         checkpoint_barriers_through_coordinator()
 
 
+MEET_TIMEOUT_S = 7200   # a slow peer is waited for; a dead one ends the run through the watchdog
+
+
+def processes_meet(name: str) -> None:
+    """Every process waits here for the others (the coordination service's
+    barrier; no device collective). Called before a run's first step: gloo,
+    jax's CPU collectives, gives the processes 30 s to form a communicator at
+    their first collective, and processes that started together can be
+    further apart than that by then on a loaded host (imports, data, their
+    compile): they meet first (docs/RECOVERY.md)."""
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed
+    distributed.global_state.client.wait_at_barrier(f"kjax/{name}", MEET_TIMEOUT_S * 1000)
+
+
 def checkpoint_barriers_through_coordinator() -> None:
     """orbax's checkpoint barriers through the coordination service's barrier,
     not device collectives. By default orbax syncs processes with

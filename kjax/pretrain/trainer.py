@@ -31,7 +31,8 @@ from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
 from kjax.examples import records
 from kjax.progress import Progress
-from kjax.parallel.mesh import global_any, make_mesh, put_batch, read_replicated
+from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
+                                read_replicated)
 from kjax import paths
 from kjax.config import platform_defaults
 from kjax.config.load import load_config
@@ -231,6 +232,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
         while dispatched and (wait or dispatched[0].is_ready()):
             dispatched.popleft().block_until_ready()
             bar.update()
+    processes_meet("train_loop")   # the first step's collectives find every process there
     last = {"step": start}
     goodput.start_loop(start)
     window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
