@@ -169,7 +169,9 @@ def guard_aborts(dog: Watchdog) -> None:
     Python's own signal handlers would only run after the abort. The handler
     runs in the aborting thread: with a silent peer it prints the lost-process
     line and exits PEER_LOST_EXIT; otherwise it puts the default action back
-    and returns, and the abort goes on as it would have."""
+    and returns, and the abort goes on (without faulthandler's Python
+    traceback, where that was on). Being Python, it needs the GIL: jax
+    releases it while a thread waits on the device or a collective."""
     global _on_abort
     import ctypes
     import signal
