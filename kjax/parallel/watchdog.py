@@ -69,7 +69,7 @@ class Watchdog(threading.Thread):
             beat += 1
             try:
                 self._beat(str(beat))
-                values = {k.rsplit("/", 1)[-1]: v for k, v in self.client.key_value_dir_get(KEYS)}
+                values = self._values()
             except Exception as e:  # noqa: BLE001 - the coordinator did not answer
                 if time.monotonic() - answered > self.timeout:
                     first = " ".join(str(e).split())[:120]
