@@ -65,14 +65,15 @@ def tiny_config(tmp, **extra):
 
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
-    """Tokenizer + examples on the demo corpus, built once per test session."""
-    from kjax.pretrain.prepare import prepare
-    from kjax.tokens.factory import train_tokenizer
-    tmp = tmp_path_factory.mktemp("prepared")
-    config = tiny_config(tmp)
-    train_tokenizer(config)
-    prepare(config, progress=False)
-    return tmp
+    """Tokenizer + examples on the demo corpus, built once for the whole run
+    (both xdist workers read the same folder: tests read it, never change it)."""
+    def build(folder):
+        from kjax.pretrain.prepare import prepare
+        from kjax.tokens.factory import train_tokenizer
+        config = tiny_config(folder)
+        train_tokenizer(config)
+        prepare(config, progress=False)
+    return built_once(tmp_path_factory, "prepared", build)
 
 
 def built_once(tmp_path_factory, name: str, build) -> "os.PathLike":
@@ -98,12 +99,12 @@ def built_once(tmp_path_factory, name: str, build) -> "os.PathLike":
 @pytest.fixture(scope="session")
 def trained_run(prepared, tmp_path_factory):
     """The workdir of tiny_config(prepared)'s finished run (6 steps, saved at
-    3 and 6), trained once per test process. Read it, or copy it
-    (shutil.copytree) to change it: tests share it."""
-    from kjax.pretrain.trainer import train
-    workdir = str(tmp_path_factory.mktemp("trained") / "run")
-    train(tiny_config(prepared), workdir, progress=False)
-    return workdir
+    3 and 6), trained once for the whole run. Read it, or copy it
+    (shutil.copytree) to change it: tests on both workers share it."""
+    def build(folder):
+        from kjax.pretrain.trainer import train
+        train(tiny_config(prepared), str(folder / "run"), progress=False)
+    return str(built_once(tmp_path_factory, "trained", build) / "run")
 
 
 @pytest.fixture(scope="session")

@@ -100,15 +100,11 @@ def goodput_rows(workdir) -> list[dict]:
 @pytest.fixture(scope="session")
 def straight_run(prepared, tmp_path_factory):
     """(workdir, logdir, prepared) of an uninterrupted two-process run (the
-    reference), built once for all workers; the tests that compare with it
-    train on the same prepared data (`prepared` of the worker that built it)."""
-    def build(logdir):
-        run_two(prepared, os.path.join(logdir, "straight"), str(logdir), "straight")
-        with open(os.path.join(logdir, "prepared"), "w") as f:
-            f.write(str(prepared))
-    logdir = built_once(tmp_path_factory, "two-processes", build)
-    with open(logdir / "prepared") as f:
-        return os.path.join(logdir, "straight"), str(logdir), f.read()
+    reference), built once for all workers on the run's shared `prepared`."""
+    logdir = built_once(tmp_path_factory, "two-processes",
+                        lambda logdir: run_two(prepared, os.path.join(logdir, "straight"),
+                                               str(logdir), "straight"))
+    return os.path.join(logdir, "straight"), str(logdir), str(prepared)
 
 
 @pytest.mark.slow
