@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import ROOT, tiny_config
 from kjax.batches.loader import train_dataset
 from kjax.errors import KjaxError
 from kjax.parallel.mesh import make_mesh, put_batch
@@ -152,6 +152,39 @@ def test_nan_params_are_never_saved(prepared, tmp_path):
         ckpt.save(1, state, {})
     ckpt.close()
     assert ckpt.latest_step() is None
+
+
+def test_all_finite_looks_at_every_float_leaf_and_only_those():
+    import jax.numpy as jnp
+    from kjax.checkpoint.manager import all_finite
+    tree = {"w": jnp.ones((3, 2)), "b": jnp.zeros(4, jnp.bfloat16), "step": jnp.int32(7)}
+    assert all_finite(tree) and all_finite({"step": np.int32(1)}) and all_finite({})
+    assert not all_finite({**tree, "b": tree["b"].at[2].set(jnp.inf)})
+    assert not all_finite({**tree, "w": np.array([[1.0, np.nan]], np.float32)})
+
+
+def test_metric_writer_starts_without_loading_torch(tmp_path):
+    """tensorboardX tries `import torch` at import; kjax keeps it from loading
+    PyTorch (seconds of every run's start where the export extra is
+    installed), and torch imports as usual afterwards."""
+    import subprocess
+    import sys
+    script = """
+import sys
+from kjax.train.metrics import MetricWriter
+w = MetricWriter(sys.argv[1])
+w.write(1, {"loss": 2.5})
+w.close()
+print("torch" in sys.modules)
+import torch
+print(torch.ones(2).sum().item())
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "2.0"]
+    (event,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path / "tensorboard") for f in fs]
+    assert b"train/loss" in open(event, "rb").read()
 
 
 def test_remote_workdir_logs_through_a_local_mirror(prepared, tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ import shutil
 
 from kjax import paths
 from kjax.errors import KjaxError
-from kjax.text.normalize import ODD_WHITESPACE, normalize
+from kjax.text.normalize import normalize, odd_whitespace
 from kjax.tokens.sentencepiece import CLS, SEP, SPECIAL_TOKENS, WORD_START
 
 SPECIAL_KWARGS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
@@ -140,7 +140,7 @@ def build_fast_tokenizer(model_file: str):
                            merges=_bpe_merges(pieces, len(SPECIAL_TOKENS)),
                            unk_token="[UNK]", fuse_unk=True, byte_fallback=False)
     tok = Tokenizer(model)
-    odd = "".join(f"\\x{{{ord(c):x}}}" for c in ODD_WHITESPACE)
+    odd = "".join(f"\\x{{{ord(c):x}}}" for c in odd_whitespace())
     steps = [normalizers.NFC(),                                # kjax/text/normalize.py
              normalizers.Replace(Regex(f"[{odd}]"), " "),       # ... its odd whitespace
              normalizers.Replace(Regex(" {2,}"), " "),          # sp: collapse spaces

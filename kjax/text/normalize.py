@@ -1,7 +1,7 @@
 """The one text normalisation of kjax: every text a model reads goes through
 `normalize_text` first — the corpus reader (tokenizer training, prepare),
 every tokenizer's encode (inspect, fine-tuning), Kiwi's analysis, and the
-exported `tokenizer.json` (`ODD_WHITESPACE`, as a tokenizers Replace).
+exported `tokenizer.json` (`odd_whitespace()`, as a tokenizers Replace).
 
     NFC; every whitespace or control character other than " " (tab, CR, LF,
     U+3000 ideographic space, U+00A0, U+2028, ...) → " "; lone surrogates →
@@ -13,6 +13,7 @@ change the characters a user wrote, and the vocabulary learns them.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import unicodedata
 
@@ -21,9 +22,13 @@ def _odd(c: str) -> bool:
     return c != " " and (c.isspace() or unicodedata.category(c) == "Cc")
 
 
-# Every character that becomes " " (fixed by Unicode; a regex class for exporters).
-ODD_WHITESPACE = "".join(chr(i) for i in range(sys.maxunicode + 1)
-                         if not 0xD800 <= i <= 0xDFFF and _odd(chr(i)))
+@functools.cache
+def odd_whitespace() -> str:
+    """Every character that becomes " " (fixed by Unicode; a regex class for
+    exporters). Built on first use: the scan of every code point takes a
+    third of a second, which every `kjax` process would otherwise pay at import."""
+    return "".join(chr(i) for i in range(sys.maxunicode + 1)
+                   if not 0xD800 <= i <= 0xDFFF and _odd(chr(i)))
 
 
 def normalize_text(text: str) -> tuple[str, int]:

@@ -50,6 +50,23 @@ def peak_flops(config) -> tuple[float, str]:
     return measure_matmul_flops(config.model.dtype), "measured matmul"
 
 
+def _summary_writer():
+    """tensorboardX's SummaryWriter, imported without PyTorch where torch is
+    installed but not loaded: tensorboardX tries `import torch` only to accept
+    torch tensors (kjax hands it floats), and that import cost every run with
+    the export extra about 2 s of start-up. None in sys.modules makes the
+    import fail, and tensorboardX carries on with numpy."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
 class MetricWriter:
     """metrics.jsonl + TensorBoard. A run resumed at `resume_step` computes the
     steps after it again (bit-exactly), so the rows a killed session logged
@@ -67,8 +84,7 @@ class MetricWriter:
             os.makedirs(workdir, exist_ok=True)
             if resume_step is not None and os.path.exists(self.path):
                 truncate_metrics(self.path, resume_step)
-            from tensorboardX import SummaryWriter
-            self.tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=None
+            self.tb = _summary_writer()(os.path.join(workdir, "tensorboard"), purge_step=None
                                     if resume_step is None else resume_step + 1)
 
     def write(self, step: int, metrics: dict, prefix: str = "train") -> None:
