@@ -57,21 +57,27 @@ wheel-check: $(STAMP)
 	$(WHEEL_DIR)/venv/bin/pip install -q $(WHEEL_DIR)/dist/kjax-*.whl
 	cd $(WHEEL_DIR) && bash $(CURDIR)/.ci/wheel_smoke.sh $(CURDIR)/$(WHEEL_DIR)/venv
 
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this CI machine does),
+# each of the run's hundreds of Python processes compiled kjax's and the tests'
+# modules from source again (~0.4 s each); the tests write their bytecode
+# (into __pycache__, ignored by git and left out of the wheel).
+TEST_ENV := JAX_NUM_CPU_DEVICES=8 PYTHONDONTWRITEBYTECODE=
+
 # Tests go out to the two workers one at a time, files with the most slow
 # tests first (tests/conftest.py), so both end together; the slowest 30 are
 # listed at the end.
 test: $(DEV)
-	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 --durations=30
+	$(TEST_ENV) $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 --durations=30
 
 # Everything but the tests marked slow.
 test-fast: $(DEV)
-	JAX_NUM_CPU_DEVICES=8 $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 -m "not slow"
+	$(TEST_ENV) $(PY) -m pytest tests -q -n 2 --dist load --maxschedchunk 1 -m "not slow"
 
 # The flake hunt: the fault, multi-process, wheel and outage tests N times
 # (default 10) with a busy loop beside them (tests/flaky.py). Prints each
 # run's failures with their first lines; the record is build/flaky/record.json.
 test-flaky: $(DEV)
-	$(PY) tests/flaky.py --runs $(or $(N),10)
+	$(TEST_ENV) $(PY) tests/flaky.py --runs $(or $(N),10)
 
 # Every TPU preset compiled for its slice with libtpu, no TPU (.ci/tpu_check.py;
 # docs/TPU.md). Its own venv: libtpu (~700 MB) stays out of .venv, where jax

@@ -25,8 +25,8 @@ from kjax.pretrain.trainer import PREEMPTED_EXIT, train
 from test_train import TIMING, final_params
 from waiting import Watched, committed, finish, progress, run, start, wait_for
 
-STEPS = 24
-EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 10, "train.learning_rate": 3e-3,
+STEPS, EVERY = 16, 5   # saves at 5, 10, 15 and 16; the loss falls ~0.5 by step 16
+EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": EVERY, "train.learning_rate": 3e-3,
          "train.warmup_steps": 4}
 TIMEOUT = 600  # seconds per two-process run (a loaded 2-core CI VM); a hang fails, not blocks
 PEER_TIMEOUT = 15  # KJAX_PEER_TIMEOUT: a silent process stops the others after this
@@ -182,7 +182,7 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
 @pytest.mark.slow
 def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
-    """SIGKILL to process 1 (what a crashed host does) once step 10 is saved:
+    """SIGKILL to process 1 (what a crashed host does) once step 5 is saved:
     process 0 stops within KJAX_PEER_TIMEOUT with one line naming process 1
     (not in a collective forever, not with jax's abort), exit code 69; both
     started again end bit-identical to the uninterrupted run."""
@@ -190,8 +190,8 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
     killed = str(tmp_path / "killed")
     procs = launch(prepared, killed, logdir, "killed")
     try:
-        wait_for("checkpoint 10 committed",
-                 lambda: 10 in committed(os.path.join(killed, "checkpoints")), timeout=TIMEOUT,
+        wait_for(f"checkpoint {EVERY} committed",
+                 lambda: EVERY in committed(os.path.join(killed, "checkpoints")), timeout=TIMEOUT,
                  saw=lambda: progress(killed), procs=procs)
         procs[1].stop()   # SIGKILL
         stopped_after = survivor_stops(procs, time.monotonic(), killed)
@@ -208,28 +208,28 @@ def test_a_process_killed_mid_run_stops_the_other_and_the_restart_is_bit_exact(
 @pytest.mark.slow
 def test_a_process_dying_while_saving_stops_the_other_and_the_restart_is_bit_exact(
         prepared, tmp_path, straight_run):
-    """Process 1 SIGKILLs itself in the middle of saving step 20 (its arrays
+    """Process 1 SIGKILLs itself in the middle of saving step 10 (its arrays
     written, its part not committed; tests/die_during_save.py): process 0,
     waiting for it to commit, stops within KJAX_PEER_TIMEOUT with the same
-    line; step 20 is never committed, and both started again resume from
-    step 10 and end bit-identical to the uninterrupted run."""
+    line; step 10 is never committed, and both started again resume from
+    step 5 and end bit-identical to the uninterrupted run."""
     straight, logdir, prepared = straight_run   # its data: the reference trained on it
     died = str(tmp_path / "died")
-    procs = launch(prepared, died, logdir, "died", die_saving=20)
+    procs = launch(prepared, died, logdir, "died", die_saving=2 * EVERY)
     try:
-        code = finish(procs[1], TIMEOUT, "process 1's death while saving step 20",
+        code = finish(procs[1], TIMEOUT, f"process 1's death while saving step {2 * EVERY}",
                       saw=lambda: progress(died), procs=procs)
         assert code == -signal.SIGKILL, f"process 1 exited {code}:\n{procs[1].tail()}"
         stopped_after = survivor_stops(procs, time.monotonic(), died)
     finally:
         for p in procs:
             p.stop()
-    assert "SIGKILL while saving step 20" in logs(logdir, "died")[1]
+    assert f"SIGKILL while saving step {2 * EVERY}" in logs(logdir, "died")[1]
     saved = assert_lost_peer_line_and_restart_is_bit_exact(prepared, died, logdir, "died",
                                                            straight)
-    assert saved == [10], saved   # step 20 was being saved: never committed
-    print(f"\nprocess 1 died saving step 20: process 0 exited after {stopped_after:.1f} s; "
-          f"the restart from step 10 ended bit-identical")
+    assert saved == [EVERY], saved   # step 2 × EVERY was being saved: never committed
+    print(f"\nprocess 1 died saving step {2 * EVERY}: process 0 exited after "
+          f"{stopped_after:.1f} s; the restart from step {EVERY} ended bit-identical")
 
 
 def survivor_stops(procs, at: float, workdir: str) -> float:
