@@ -128,3 +128,18 @@ def test_cross_section_checks_ask_the_registries(tmp_path, overrides, message):
     with pytest.raises(KjaxError, match=message) as error:
         check_config(config)
     assert "\n" not in str(error.value)
+
+
+def test_a_config_file_rewritten_within_the_second_loads_its_new_values(tmp_path, monkeypatch):
+    """Where Python writes bytecode (its default), a .pyc is trusted while the
+    source's size and whole-second mtime match: a config file is read without
+    one, so the rewrite is seen and no __pycache__ is left beside it."""
+    import sys
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    path = tmp_path / "kjax_config.py"
+    for layers in (2, 3):   # same size, same second
+        path.write_text("from kjax.config import defaults\n\n\ndef get_config():\n"
+                        f"    c = defaults()\n    c.model.num_layers = {layers}\n    return c\n")
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+        assert load_config(str(path)).model.num_layers == layers
+    assert os.listdir(tmp_path) == ["kjax_config.py"] and sys.dont_write_bytecode is False

@@ -161,6 +161,11 @@ def _read_file(path: str) -> tuple[object, str, str]:
                                                  lock_config=False, sys_argv=["kjax"])
         sys.modules.pop(MODULE, None)
         reading = _reading_file.set(True)
+        # No bytecode for a config file: Python trusts a .pyc whose source has
+        # the same size and mtime in whole seconds, so a file rewritten within
+        # the second (a sweep's script) would load its old values; and no
+        # __pycache__ lands in a user's workdir beside kjax_config.py.
+        wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
         try:
             with warnings.catch_warnings():   # config_flags' own use of load_module()
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -171,6 +176,7 @@ def _read_file(path: str) -> tuple[object, str, str]:
             sys.modules.pop(MODULE, None)
             raise _file_error(e, local, path) from None
         finally:
+            sys.dont_write_bytecode = wrote_bytecode
             _reading_file.reset(reading)
 
 
