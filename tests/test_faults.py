@@ -128,6 +128,40 @@ def test_fingerprints_split_over_shards_and_devices():
         assert fingerprint.partial_sums({k: changed})[k] != whole[k]
 
 
+def test_small_replicated_arrays_are_written_whole_and_large_ones_split(tmp_path, monkeypatch):
+    """Replica-parallel saving only where a replica's share is ≥ 1 MiB: a small
+    replicated array is written by replica 0 unsliced, a large one in a slice
+    per replica (8 here), sharded ones as ever; the step restores exactly."""
+    from orbax.checkpoint._src.serialization import replica_slices
+    from kjax.checkpoint.storage import MIN_REPLICA_SLICE_BYTES
+    seen, real = {}, replica_slices.get_replica_slices
+
+    def spy(arr, *args, **kwargs):
+        got = real(arr, *args, **kwargs)
+        seen[arr.shape] = [s.slice_args is not None for s in got.replica_slices]
+        return got
+    monkeypatch.setattr(replica_slices, "get_replica_slices", spy)
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows = 8 * MIN_REPLICA_SLICE_BYTES // (4 * 256)   # 1 MiB per replica's slice
+    host = {"small": np.arange(96, dtype=np.float32).reshape(3, 32),
+            "large": np.random.default_rng(0).standard_normal((rows, 256), np.float32),
+            "sharded": np.arange(64 * 4, dtype=np.int32).reshape(64, 4)}
+    state = {k: jax.device_put(v, jax.NamedSharding(mesh, jax.P("data") if k == "sharded"
+                                                     else jax.P())) for k, v in host.items()}
+    state["params"] = {"w": state["small"]}
+    ckpt = Checkpointer(str(tmp_path / "ckpt"), 1, 2)
+    ckpt.save(1, state, {"iterator": None}, force=True)
+    ckpt.close()
+    assert seen[(3, 32)] == [False]           # replica 0 writes it whole
+    assert seen[(rows, 256)] == [True] * 8    # each replica writes its 1 MiB
+    assert seen[(64, 4)] == [False] * 8       # each device's own shard, unsliced
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                            state)
+    restored, _ = Checkpointer(str(tmp_path / "ckpt"), 1, 2, read_only=True).restore(1, abstract)
+    for k, v in host.items():
+        assert np.array_equal(np.asarray(restored[k]), v), k
+
+
 def test_every_step_damaged_is_refused_then_a_rerun_starts_afresh(trained, tmp_path):
     workdir = str(tmp_path / "run")
     shutil.copytree(trained["workdir"], workdir)

@@ -204,6 +204,7 @@ class Checkpointer:
             enable_async_checkpointing=True, read_only=read_only, create=not read_only)
         storage.watch_orbax()
         storage.size_tensorstore_retries()
+        storage.write_small_arrays_whole()
         # The newest step seen committed (restored or saved): named when the
         # store cannot be asked any more (an outage past the limit).
         self.known_step = None
