@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -63,13 +64,24 @@ def binary() -> pathlib.Path:
 
 class Gate:
     """A TCP forwarder from `port` to the server's own port. `close()` makes
-    the store unreachable as an outage does (new connections refused, open
-    ones cut) while the server keeps its objects and upload sessions, as
-    Cloud Storage does; `open()` lets connections through again."""
+    the store unreachable as an outage does (new connections refused, request
+    bytes no longer forwarded) while the server keeps its objects and upload
+    sessions, as Cloud Storage does; `open()` lets connections through again.
+
+    What the server had fully received before the cut it still answers, and
+    that answer is delivered before the connection drops: a request is cut,
+    never the reply to one the server carried out. A reply lost on the way is
+    harmless against Cloud Storage (a retried PUT of a finished resumable
+    upload gets the object back) but not against fake-gcs-server, which
+    answers it 404 (the session is gone), so it is not simulated. The server
+    closes its side once it has answered (it saw the end of the requests);
+    SETTLE seconds bound the wait for a server that does not."""
+
+    SETTLE = 10.0
 
     def __init__(self, port: int, target: int):
         self.port, self.target = port, target
-        self.lock, self.connections, self.listener = threading.Lock(), set(), None
+        self.lock, self.pairs, self.listener = threading.Lock(), set(), None
         self.open()
 
     def open(self) -> None:
@@ -94,34 +106,57 @@ class Gate:
             except OSError:
                 client.close()
                 continue
+            pair = (client, server, threading.Event())   # the event: the server closed
             with self.lock:
-                self.connections |= {client, server}
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                self.pairs.add(pair)
+            threading.Thread(target=self._requests, args=pair, daemon=True).start()
+            threading.Thread(target=self._replies, args=pair, daemon=True).start()
 
-    def _pipe(self, source, sink) -> None:
+    @staticmethod
+    def _copy(source, sink) -> None:
         try:
             while data := source.recv(1 << 16):
                 sink.sendall(data)
         except OSError:
             pass
-        for s in (source, sink):
+
+    def _requests(self, client, server, _) -> None:
+        self._copy(client, server)
+        try:
+            server.shutdown(socket.SHUT_WR)   # the server sees the end of the requests
+        except OSError:
+            pass
+
+    def _replies(self, client, server, closed) -> None:
+        self._copy(server, client)
+        closed.set()
+        self._drop((client, server, closed))
+
+    def _drop(self, pair) -> None:
+        with self.lock:
+            self.pairs.discard(pair)
+        for s in pair[:2]:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            s.close()
 
     def close(self) -> None:
         listener, self.listener = self.listener, None
         listener.close()
         with self.lock:
-            for s in self.connections:
+            pairs = list(self.pairs)
+        for client, server, _ in pairs:   # no request byte gets through from now on
+            for s, how in ((client, socket.SHUT_RD), (server, socket.SHUT_WR)):
                 try:
-                    s.shutdown(socket.SHUT_RDWR)
-                    s.close()
+                    s.shutdown(how)
                 except OSError:
                     pass
-            self.connections.clear()
+        settled = time.monotonic() + self.SETTLE
+        for pair in pairs:   # each server's last answer delivered, then the connection gone
+            pair[2].wait(max(0.0, settled - time.monotonic()))
+            self._drop(pair)
 
 
 class Emulator:
