@@ -165,12 +165,12 @@ def write_small_arrays_whole() -> None:
     slice on the device and writes it. That pays for large arrays on a pod and
     only costs for small ones: a slice op per array and device, compiled once
     per shape at a process's first save (~100 of them for a 2-layer model,
-    ~4 s on a CPU) and a write each for a few KiB. So an array whose slices
+    2.5-4 s on a CPU) and a write each for a few KiB. So an array whose slices
     would be under MIN_REPLICA_SLICE_BYTES is written whole by replica 0, as
-    with replica-parallel off; the rest still split, and GPUs keep orbax's
-    default (off). Either way the checkpoint reads back the same. orbax takes the
-    option only through its registered jax.Array handler, which keeps its
-    array metadata store."""
+    with replica-parallel off; the rest still split. orbax's own choice of
+    platform stays (off where JAX_PLATFORMS names a GPU). Either way the
+    checkpoint reads back the same. orbax takes the option only through its
+    registered jax.Array handler, which keeps its array metadata store."""
     global _ARRAY_HANDLER
     import jax
     import orbax.checkpoint as ocp
