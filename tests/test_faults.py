@@ -148,7 +148,7 @@ def test_small_replicated_arrays_are_written_whole_and_large_ones_split(tmp_path
             "sharded": np.arange(64 * 4, dtype=np.int32).reshape(64, 4)}
     state = {k: jax.device_put(v, jax.NamedSharding(mesh, jax.P("data") if k == "sharded"
                                                      else jax.P())) for k, v in host.items()}
-    state["params"] = {"w": state["small"]}
+    state["params"] = {"w": state["small"]}   # what the NaN check before a save reads
     ckpt = Checkpointer(str(tmp_path / "ckpt"), 1, 2)
     ckpt.save(1, state, {"iterator": None}, force=True)
     ckpt.close()

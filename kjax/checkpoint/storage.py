@@ -16,6 +16,7 @@ them.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import re
@@ -156,7 +157,6 @@ def check_writable(directory: str, last_step: int | None = None) -> None:
 
 # A replica's share of a replicated array below this is not worth its own copy and write.
 MIN_REPLICA_SLICE_BYTES = 1 << 20
-_ARRAY_HANDLER = None   # registered once a process (orbax logs each override)
 
 
 def write_small_arrays_whole() -> None:
@@ -171,16 +171,18 @@ def write_small_arrays_whole() -> None:
     platform stays (off where JAX_PLATFORMS names a GPU). Either way the
     checkpoint reads back the same. orbax takes the option only through its
     registered jax.Array handler, which keeps its array metadata store."""
-    global _ARRAY_HANDLER
     import jax
     import orbax.checkpoint as ocp
+    if ocp.type_handlers.get_type_handler(jax.Array) is not _array_handler():
+        ocp.type_handlers.register_type_handler(jax.Array, _array_handler(), override=True)
+
+
+@functools.cache   # one a process: orbax logs each override of its registry
+def _array_handler():
+    import orbax.checkpoint as ocp
     from orbax.checkpoint._src.metadata.array_metadata_store import Store
-    if _ARRAY_HANDLER is None:
-        _ARRAY_HANDLER = ocp.type_handlers.ArrayHandler(
-            array_metadata_store=Store(),
-            min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
-    if ocp.type_handlers.get_type_handler(jax.Array) is not _ARRAY_HANDLER:
-        ocp.type_handlers.register_type_handler(jax.Array, _ARRAY_HANDLER, override=True)
+    return ocp.type_handlers.ArrayHandler(
+        array_metadata_store=Store(), min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
 
 
 def size_tensorstore_retries() -> None:
