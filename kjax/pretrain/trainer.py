@@ -125,7 +125,8 @@ class Session:
         with goodput.timed("checkpoint"):
             found = restore_newest(self.checkpoints, target, move_damaged=True)
         if found is None:
-            state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx)
+            state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx,
+                                          shardings)
             return state, shardings, None
         state, data_state, _ = found
         return state, shardings, data_state

@@ -92,16 +92,28 @@ def _init_fn(config, model, tx):
     return init
 
 
-def state_shardings(config, mesh, model, tx):
-    """NamedShardings for every leaf of the state, from the logical axis names."""
-    abstract = jax.eval_shape(_init_fn(config, model, tx), jax.random.key(0))
+def _boxed_shapes(config, model, tx):
+    """The state's shapes, its parameters still boxed with their logical axis
+    names: one trace of the init gives both the shapes and the shardings."""
+    return jax.eval_shape(_init_fn(config, model, tx), jax.random.key(0))
+
+
+def _shardings_of(config, mesh, boxed):
     rules = logical_rules(config)
     with nn.logical_axis_rules(rules):
-        return logical_sharding(mesh, nn.get_partition_spec(abstract), rules)
+        return logical_sharding(mesh, nn.get_partition_spec(boxed), rules)
 
 
-def init_state(config, mesh, model, tx):
-    shardings = state_shardings(config, mesh, model, tx)
+def state_shardings(config, mesh, model, tx):
+    """NamedShardings for every leaf of the state, from the logical axis names."""
+    return _shardings_of(config, mesh, _boxed_shapes(config, model, tx))
+
+
+def init_state(config, mesh, model, tx, shardings=None):
+    """(state, shardings): a fresh state placed on the mesh. `shardings`, when
+    the caller has them from `abstract_state`, spares tracing the init again."""
+    if shardings is None:
+        shardings = state_shardings(config, mesh, model, tx)
     init = _init_fn(config, model, tx)
     key = jax.random.key(config.train.seed)
     if op_by_op_init(mesh):   # unsharded (no mesh: init's batch of one), then placed
@@ -123,8 +135,7 @@ def op_by_op_init(mesh) -> bool:
 
 def abstract_state(config, mesh, model, tx):
     """ShapeDtypeStructs with shardings: the restore target for orbax."""
-    shardings = state_shardings(config, mesh, model, tx)
-    shapes = jax.eval_shape(lambda r: nn.meta.unbox(_init_fn(config, model, tx)(r)),
-                            jax.random.key(0))
+    boxed = _boxed_shapes(config, model, tx)
+    shardings = _shardings_of(config, mesh, boxed)
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                        shapes, shardings), shardings
+                        nn.meta.unbox(boxed), shardings), shardings
