@@ -100,23 +100,39 @@ def test_auto_against_a_recorded_value_is_no_difference():
     assert config_differences(recorded, other) == ["train.dropout_rng: 'rbg' → 'threefry'"]
 
 
-def test_op_by_op_init_gives_the_jitted_parameters(monkeypatch, tmp_path):
-    """One GPU process initialises op by op (kjax.train.state.op_by_op_init):
-    the same state as the jitted init, placed with the same shardings."""
+def compare_op_by_op_init(folder: str) -> None:
     import numpy as np
     from conftest import tiny_config
     from kjax.parallel.mesh import make_mesh
     from kjax.train import state as S
-    config = tiny_config(tmp_path)
+    config = tiny_config(folder)
     mesh = make_mesh(config)
     model, tx = S.make_model(config, deterministic=False), S.make_optimizer(config.train)
     jitted, shardings = S.init_state(config, mesh, model, tx)
-    monkeypatch.setattr(S, "op_by_op_init", lambda mesh: True)
+    S.op_by_op_init = lambda mesh: True
     eager, _ = S.init_state(config, mesh, model, tx)
     for a, b, sharding in zip(jax.tree.leaves(jitted), jax.tree.leaves(eager),
                               jax.tree.leaves(shardings)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert b.sharding.is_equivalent_to(sharding, b.ndim)
+
+
+def test_op_by_op_init_gives_the_jitted_parameters(tmp_path):
+    """One GPU process initialises op by op (kjax.train.state.op_by_op_init):
+    the same state as the jitted init, placed with the same shardings.
+    Compared in a process of its own at XLA's default optimisation level (3),
+    as a run compiles: at the suite's level 0 (tests/conftest.py) XLA:CPU's
+    fused init rounds some values a unit in the last place differently."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import conftest; "
+            "from test_platform_defaults import compare_op_by_op_init as compare; "
+            "compare(sys.argv[2]); print('same')")
+    env = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=3"}
+    proc = subprocess.run([sys.executable, "-c", code, here, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split()[-1:] == ["same"], proc.stderr[-3000:]
 
 
 MODERN = os.path.join(ROOT, "tpu_configs", "modern_small.py")

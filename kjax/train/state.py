@@ -134,8 +134,10 @@ def op_by_op_init(mesh) -> bool:
 
 
 def abstract_state(config, mesh, model, tx):
-    """ShapeDtypeStructs with shardings: the restore target for orbax."""
+    """ShapeDtypeStructs with shardings: the restore target for orbax. (The
+    boxes come off inside eval_shape: under a mesh, flax's unbox constrains
+    each value's sharding, which only a traced value takes.)"""
     boxed = _boxed_shapes(config, model, tx)
     shardings = _shardings_of(config, mesh, boxed)
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                        nn.meta.unbox(boxed), shardings), shardings
+                        jax.eval_shape(nn.meta.unbox, boxed), shardings), shardings
