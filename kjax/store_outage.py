@@ -113,9 +113,7 @@ def gave_up() -> bool:
     return OUTAGE.gave_up
 
 
-def unreachable_in(exc: BaseException | None) -> StoreUnreachable | None:
-    """The StoreUnreachable behind `exc` (in its cause chain), or a new one when
-    this process gave up on the store (a library wrapped the error in its own)."""
+def _in_chain(exc: BaseException | None) -> StoreUnreachable | None:
     seen = set()
     e = exc
     while e is not None and id(e) not in seen:
@@ -123,6 +121,15 @@ def unreachable_in(exc: BaseException | None) -> StoreUnreachable | None:
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
+    return None
+
+
+def unreachable_in(exc: BaseException | None) -> StoreUnreachable | None:
+    """The StoreUnreachable behind `exc` (in its cause chain), or a new one when
+    this process gave up on the store (a library wrapped the error in its own)."""
+    e = _in_chain(exc)
+    if e is not None:
+        return e
     if OUTAGE.gave_up and exc is not None:
         return StoreUnreachable(OUTAGE.store, limit(), OUTAGE.error)
     return None
@@ -162,6 +169,25 @@ async def ride_out(call, store: str):
         return result
 
 
+# the libraries' loggers that log an exception they then raise again: a read
+# prefetched in the background (fsspec.prefetcher), a deferred close (gcsfs)
+LIBRARY_LOGGERS = ("fsspec", "fsspec.prefetcher", "fsspec.caching", "fsspec.asyn", "gcsfs")
+
+
+def _not_ours(record) -> bool:
+    """False for a library's log of a StoreUnreachable: kjax says it in its own
+    line when the error reaches the command, so its traceback is noise."""
+    return _in_chain(record.exc_info[1] if record.exc_info else None) is None
+
+
+def quiet_library_logs() -> None:
+    import logging
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        if _not_ours not in logger.filters:
+            logger.addFilter(_not_ours)
+
+
 def register() -> None:
     """Makes fsspec's `gs` (and `gcs`) RetryingGCSFileSystem, without importing gcsfs now."""
     try:
@@ -191,5 +217,6 @@ def __getattr__(name):   # the class needs gcsfs: built on first use
             return await ride_out(lambda: raw_get(self, rpath, lpath, *args, **kwargs),
                                   f"gs://{str(rpath).split('://')[-1].split('/')[0]}")
 
+    quiet_library_logs()
     globals()["RetryingGCSFileSystem"] = RetryingGCSFileSystem
     return RetryingGCSFileSystem

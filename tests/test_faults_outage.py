@@ -249,3 +249,39 @@ def test_a_bad_seconds_variable_is_one_line_naming_it(monkeypatch, name, value, 
     monkeypatch.setenv(name, value)
     with pytest.raises(KjaxError, match=rf"^{name}='{value}' is not a number of seconds {shown} "):
         read()
+
+
+def test_a_read_prefetched_in_the_background_past_the_limit_logs_no_traceback(
+        store, monkeypatch, caplog):
+    """gcsfs reads a file through fsspec's background prefetcher, which logs
+    each failed fetch with its traceback before raising it again; past the
+    limit that failure is kjax's StoreUnreachable, which the command reports
+    in one line: the library's log of it is dropped, other errors are not."""
+    import logging
+    from kjax import store_outage
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", store.url)
+    monkeypatch.setenv("KJAX_STORE_OUTAGE_LIMIT", "1")
+    monkeypatch.setattr(store_outage, "OUTAGE", store_outage.Outage())
+    monkeypatch.setattr(store_outage, "_say", lambda line: None)
+    fs = store_outage.RetryingGCSFileSystem(endpoint_url=store.url, token="anon",
+                                            skip_instance_cache=True)
+    path = f"{gcs.BUCKET}/prefetched/a.bin"
+    fs.pipe(path, os.urandom(1 << 20))
+    caplog.set_level(logging.DEBUG)
+    with fs.open(path, "rb") as f:
+        f.read(1000)   # the prefetcher is running
+        store.stop_serving()
+        try:
+            with pytest.raises(store_outage.StoreUnreachable):
+                f.seek(600_000)
+                f.read(1000)
+        finally:
+            store.serve()
+    fetched = [r for r in caplog.records if r.name.startswith(("fsspec", "gcsfs"))]
+    assert fetched, "the read did not go through the libraries' logged paths"
+    assert not [r for r in caplog.records if r.exc_info], caplog.text[-3000:]
+    try:   # another exception on the same logger still shows
+        raise OSError("disk on fire")
+    except OSError:
+        logging.getLogger("fsspec.prefetcher").exception("Exception raised during fetch.")
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [OSError]
