@@ -31,7 +31,8 @@ LIMIT = 8           # seconds: KJAX_STORE_OUTAGE_LIMIT for the runs under test
 SHORT = 2           # seconds after the run met the short outage: it then ends
 CUT_MAX = LIMIT + 4  # seconds: the most the short outage lasts from the cut on
 STEPS = 60
-EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": 5, "train.log_every": 5}
+EVERY = 5           # steps between checkpoints
+EXTRA = {"train.num_steps": STEPS, "train.checkpoint_every": EVERY, "train.log_every": 5}
 WAIT = 400          # seconds: the most one run may take here (a hang fails, not blocks)
 
 
@@ -155,7 +156,10 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     named = int(error.split("the last complete checkpoint is step ")[1].split(" ")[0])
     assert 10 <= named < 30
 
-    # 3. The store is back: the same command resumes from the step named and finishes.
+    assert "(it resumes from there, or from a later save the store finished" in error
+    # 3. The store is back: the same command resumes from the step named, or
+    # from the one save after it (one async save at a time) when its last
+    # request reached the store before the cut and the store finished it.
     code, out, err = Run(store, prepared, tmp_path, work).wait()
     assert code == 0 and "Traceback" not in err, err[-3000:]
     out = "\n" + out
@@ -163,7 +167,7 @@ def test_outages_shorter_and_longer_than_the_limit(store, prepared, tmp_path, mo
     rows = [json.loads(r) for r in paths.read_text(f"{work}/logs/metrics.jsonl").splitlines()]
     firsts = [r["step"] for r in rows if r.get("split") == "train"
               and "compile_and_first_step_time" in r]
-    assert firsts == [1, named + 1], firsts                 # resumed right after it
+    assert firsts in ([1, named + 1], [1, named + EVERY + 1]), (firsts, named)
     assert [r["step"] for r in rows if r.get("split") == "train"] == sorted(
         {r["step"] for r in rows if r.get("split") == "train"})   # each step once
     short = (f"kjax waited {run.saw('is reachable again') - run.saw('is unreachable'):.1f} s"

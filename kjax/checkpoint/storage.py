@@ -105,7 +105,10 @@ def unreachable_error(exc: BaseException, path: str,
                                                   store_outage.limit(), text[:160])
     if error is None or last_step is None:   # (no step known: none named)
         return error
-    return error.saving(f"{last_step_text(last_step)} (it resumes from step {last_step})")
+    # A save whose last request was sent before the store went away may still
+    # be finished by the store, unseen here: the resume then starts after it.
+    return error.saving(f"{last_step_text(last_step)} (it resumes from there, or from a "
+                        f"later save the store finished after kjax lost it)")
 
 
 def fault_error(exc: BaseException, default_path: str, last_step: int | None,
