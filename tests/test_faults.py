@@ -325,8 +325,12 @@ def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_pat
     try:
         trainer.make_train_step = None   # calling it would be a TypeError traceback
         assert main(args) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and "is a file, not a directory" in err[0], err
+        args[4] = str(tmp_path / "file" / "run")   # under a file: NotADirectoryError before
+        assert main(args) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and "a folder above it is a file" in err[0], err
     finally:
         trainer.make_train_step = original
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and "is a file, not a directory" in err[0], err
     assert (tmp_path / "file").read_text(encoding="utf-8") == "keep me"

@@ -185,3 +185,29 @@ def test_each_test_process_has_an_emulator_of_its_own(gcs_server, monkeypatch):
     with pytest.raises(RuntimeError, match=f"did not start on {gcs_server.url}"):
         gcs.Emulator(gcs_server.url)
     assert gcs_server.process.poll() is None
+
+
+def test_a_folder_whose_last_object_vanishes_mid_check_is_still_a_folder(gs_root, monkeypatch):
+    """Two processes save into one gs:// folder: before the first checkpoint the
+    only objects in it are their write probes, so one process's probe can vanish
+    while the other checks the folder. The check asked twice (exists, then
+    is_dir) and once called the folder a file; here the peer's probe is removed
+    right after the first metadata query."""
+    import gcsfs
+    from kjax.checkpoint import storage
+    folder = f"{gs_root}/run/checkpoints"
+    peer = f"{folder}/.kjax-write-probe-1-peer"
+    paths.write_text(peer, "kjax")
+    real_info, queries = gcsfs.GCSFileSystem._info, []
+
+    async def info_then_peer_unlinks(self, path, **kwargs):
+        out = await real_info(self, path, **kwargs)
+        if path.rstrip("/").endswith("run/checkpoints"):
+            queries.append(out["type"])
+            if len(queries) == 1:
+                await self._rm_file(peer)
+        return out
+    monkeypatch.setattr(gcsfs.GCSFileSystem, "_info", info_then_peer_unlinks)
+    storage.check_writable(folder)   # no "is a file, not a directory"
+    assert queries[0] == "directory" and not paths.exists(peer)
+    assert paths.listdir(folder) == []   # its own probe removed too

@@ -20,8 +20,9 @@ import functools
 import logging
 import os
 import re
+import uuid
 
-from kjax import store_outage
+from kjax import paths, store_outage
 from kjax.errors import KjaxError
 
 FULL, READ_ONLY, DENIED = "full", "read-only", "denied"
@@ -141,12 +142,21 @@ def check_writable(directory: str, last_step: int | None = None) -> None:
     so a read-only or full workdir is reported before anything compiles."""
     from etils import epath
     path = epath.Path(directory)
-    probe = path / f".kjax-write-probe-{os.getpid()}"
+    # Each process probes under its own name: hosts of a pod may share a pid.
+    probe = path / f".kjax-write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        if path.exists() and not path.is_dir():
+        # One query (fsspec's isfile), not exists() then is_dir() as epath's
+        # is_file asks: on an object store a folder exists only while an object
+        # lies under it, and another process's probe can vanish between two
+        # queries, so the second would see nothing and the folder read as a file.
+        if paths.isfile(directory):
             raise KjaxError(f"--workdir {directory} is a file, not a directory; pass a "
                             f"directory (it is created if missing)")
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):   # a fifo, or a file above it
+            raise KjaxError(f"--workdir {directory} is not a directory, or a folder above it "
+                            f"is a file; pass a directory (it is created if missing)") from None
         probe.write_text("kjax")
         probe.unlink()
     except KjaxError:
