@@ -85,11 +85,15 @@ class Outage:
                      f"to {limit():.0f} s ({LIMIT_ENV})")
             return now - self.since
 
-    def answered(self) -> None:
+    def answered(self, sent: float) -> None:
+        """A request sent at `sent` (time.monotonic) got an answer. Only one
+        sent after the outage began says the store is back: one sent before
+        may have been answered before the cut and reach kjax only now, while
+        the store is still away."""
         if self.since is None:   # (read without the lock: the common case costs nothing)
             return
         with self.lock:
-            if self.since is not None and not self.gave_up:
+            if self.since is not None and sent >= self.since and not self.gave_up:
                 _say(f"kjax: {self.store} is reachable again after "
                      f"{time.monotonic() - self.since:.0f} s; carrying on")
                 self.since = None
@@ -150,11 +154,12 @@ async def ride_out(call, store: str):
     from gcsfs.retry import is_retriable
     attempt = 0
     while True:
+        sent = time.monotonic()
         try:
             result = await call()
         except Exception as e:  # noqa: BLE001 - classified here
             if isinstance(e, FileNotFoundError) or not is_retriable(e):
-                OUTAGE.answered()   # an answer (404, 403, ...): the store is up
+                OUTAGE.answered(sent)   # an answer (404, 403, ...): the store is up
                 raise
             if OUTAGE.gave_up:
                 raise OUTAGE.give_up() from None
@@ -165,7 +170,7 @@ async def ride_out(call, store: str):
             await asyncio.sleep(min(delay, budget - waited + 0.05))
             attempt += 1
             continue
-        OUTAGE.answered()
+        OUTAGE.answered(sent)
         return result
 
 

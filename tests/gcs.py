@@ -107,8 +107,13 @@ class Gate:
                 client.close()
                 continue
             pair = (client, server, threading.Event())   # the event: the server closed
-            with self.lock:
-                self.pairs.add(pair)
+            with self.lock:   # close() may have begun since accept(): then it is refused
+                cut = self.listener is not listener
+                if not cut:
+                    self.pairs.add(pair)
+            if cut:
+                self._drop(pair)
+                return
             threading.Thread(target=self._requests, args=pair, daemon=True).start()
             threading.Thread(target=self._replies, args=pair, daemon=True).start()
 
@@ -143,10 +148,10 @@ class Gate:
             s.close()
 
     def close(self) -> None:
-        listener, self.listener = self.listener, None
-        listener.close()
-        with self.lock:
+        with self.lock:   # from here no connection accepted before is added (_accept)
+            listener, self.listener = self.listener, None
             pairs = list(self.pairs)
+        listener.close()
         for client, server, _ in pairs:   # no request byte gets through from now on
             for s, how in ((client, socket.SHUT_RD), (server, socket.SHUT_WR)):
                 try:

@@ -212,6 +212,51 @@ def test_kjax_rides_out_a_short_outage_with_one_line_each_way(store, monkeypatch
     assert not store_outage.gave_up()
 
 
+def test_a_late_answer_to_a_request_sent_before_the_outage_is_not_the_store_back(monkeypatch):
+    """Two requests at once: one is in flight when the store goes away (its
+    answer, given before the cut, arrives late), the other meets the outage.
+    The late answer is no sign that the store is back: counted as one, a long
+    outage would print "reachable again" in its middle. The retry that gets
+    through once the store answers again is the sign."""
+    import asyncio
+    import aiohttp
+    from kjax import store_outage
+    monkeypatch.setenv("KJAX_STORE_OUTAGE_LIMIT", str(LIMIT))
+    monkeypatch.setattr(store_outage, "OUTAGE", store_outage.Outage())
+    said = []
+    monkeypatch.setattr(store_outage, "_say", lambda line: said.append((time.monotonic(), line)))
+    came_back = []
+
+    async def scenario():
+        sent, late_answer, failed, up = (asyncio.Event() for _ in range(4))
+
+        async def in_flight():   # sent before the cut, its answer arrives late
+            sent.set()
+            await late_answer.wait()
+            return "answered before the cut"
+
+        async def meets_the_outage():
+            if not up.is_set():
+                failed.set()
+                raise aiohttp.ClientConnectionError("Cannot connect to host")
+            return "written"
+
+        first = asyncio.create_task(store_outage.ride_out(in_flight, "gs://b"))
+        await sent.wait()
+        second = asyncio.create_task(store_outage.ride_out(meets_the_outage, "gs://b"))
+        await failed.wait()   # ride_out noted it before awaiting its retry: the outage began
+        late_answer.set()
+        assert await first == "answered before the cut"
+        came_back.append(time.monotonic())
+        up.set()
+        assert await second == "written"
+    asyncio.run(scenario())
+    lines = [line for _, line in said]
+    assert len(lines) == 2 and "gs://b is unreachable" in lines[0], lines
+    assert "gs://b is reachable again" in lines[1] and said[1][0] >= came_back[0], said
+    assert not store_outage.gave_up()
+
+
 def test_eval_export_prepare_end_in_one_line_when_the_store_is_away(prepared, tmp_path):
     """The other verbs on a gs:// store that does not answer (a port nobody
     listens on): one `kjax: error:` line naming the store, exit 75, no
