@@ -2,8 +2,10 @@
 run from a folder outside the repository on gs:// paths (the GCS emulator of
 tests/gcs.py): prepare → train (2 processes, gloo) → SIGTERM → resume → eval
 → export. Every command checks that the kjax it runs is the wheel's."""
+import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT, tiny_overrides
+from conftest import ROOT, built_once, tiny_overrides
 from gcs import local_gs_folders
 from kjax import paths
 from test_gcs import upload_demo_corpus
@@ -27,13 +29,36 @@ RUNNER = ("import sys, kjax; assert kjax.__file__.startswith(sys.argv[1]), kjax.
           "from kjax.cli import main; sys.exit(main(sys.argv[2:]))")
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), ROOT], check=True, capture_output=True)
+# What setup.py builds the wheel from; the rest of the checkout is not read.
+SOURCES = ("setup.py", "LICENSE", "kjax", "tpu_configs")
+
+
+def build_wheel(folder) -> str:
+    """The wheel, built from a copy of the sources in `folder`: setuptools
+    builds in the tree it is given (build/, kjax.egg-info), and two builds in
+    one tree at once break each other ('File exists: build/bdist...')."""
+    source, out = os.path.join(folder, "source"), os.path.join(folder, "dist")
+    os.makedirs(source)
+    for name in SOURCES:
+        if os.path.isdir(os.path.join(ROOT, name)):
+            shutil.copytree(os.path.join(ROOT, name), os.path.join(source, name),
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy(os.path.join(ROOT, name), os.path.join(source, name))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "--no-build-isolation", "-q", "-w", out, source],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, f"pip wheel failed:\n{built.stdout}{built.stderr}"
     (name,) = [n for n in os.listdir(out) if n.endswith(".whl")]
-    return str(out / name)
+    return os.path.join(out, name)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """Built once for the run: the workers' tests share it."""
+    folder = built_once(tmp_path_factory, "wheel", build_wheel)
+    (name,) = [n for n in os.listdir(folder / "dist") if n.endswith(".whl")]
+    return str(folder / "dist" / name)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +83,30 @@ def test_the_wheel_holds_every_module_preset_and_data_file(wheel):
     assert presets and {f"kjax/tpu_configs/{f}" for f in presets} <= names
     for data in ("hypernyms.tsv", "sense_vectors.tsv", "case_frames.tsv", "README.md"):
         assert f"kjax/knowledge/data/{data}" in names
+
+
+def setuptools_outputs() -> dict:
+    """What an in-tree build writes into the checkout, with modification times."""
+    build = os.path.join(ROOT, "build")
+    tops = [os.path.join(ROOT, "kjax.egg-info"), os.path.join(build, "lib")]
+    if os.path.isdir(build):
+        tops += [os.path.join(build, d) for d in os.listdir(build) if d.startswith("bdist.")]
+    found = {}
+    for top in tops:
+        for folder, _, files in os.walk(top):
+            for f in files:
+                path = os.path.join(folder, f)
+                found[path] = os.stat(path).st_mtime_ns
+    return found
+
+
+def test_two_wheel_builds_at_once_both_succeed_and_leave_the_checkout_alone(tmp_path):
+    before = setuptools_outputs()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(build_wheel, [tmp_path / "a", tmp_path / "b"]))
+    assert [zipfile.ZipFile(w).namelist() for w in built[:1]] * 2 == \
+        [zipfile.ZipFile(w).namelist() for w in built]
+    assert setuptools_outputs() == before   # no build/ or kjax.egg-info written here
 
 
 def kjax_env(site, tmp, **extra) -> dict:
