@@ -154,3 +154,15 @@ def purged_scalars(tb_dir: str, tag: str) -> list[int]:
                 if value.tag == tag:
                     seen.append(event.step)
     return seen
+
+
+def tensorboard_at_each_save(monkeypatch, tb_dir: str) -> dict:
+    """{step: the train/loss steps TensorBoard's files hold as that step's
+    checkpoint save begins}, filled as the run saves."""
+    seen, save = {}, Checkpointer.save
+
+    def looking(self, step, *args, **kwargs):
+        seen[step] = purged_scalars(tb_dir, "train/loss")
+        return save(self, step, *args, **kwargs)
+    monkeypatch.setattr(Checkpointer, "save", looking)
+    return seen

@@ -22,7 +22,8 @@ import pytest
 from etils import epath
 
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
-from fault_helpers import EXTRA, checkpoints_of, purged_scalars, same_tree, trained  # noqa: F401
+from fault_helpers import (EXTRA, checkpoints_of, purged_scalars, same_tree,  # noqa: F401
+                           tensorboard_at_each_save, trained)
 from kjax.checkpoint import manager
 from kjax.cli import main
 from kjax.errors import KjaxError
@@ -268,6 +269,17 @@ def test_each_step_is_logged_once_after_repeated_kill_9(prepared, tmp_path):
     assert steps_logged(workdir) == list(range(1, steps + 1))
     assert purged_scalars(f"{workdir}/tensorboard", "train/loss") == list(range(1, steps + 1))
     assert json.load(open(f"{workdir}/goodput.json"))["restarts"] == 2
+
+
+def test_the_steps_a_checkpoint_covers_are_in_tensorboard_before_it_is_saved(
+        prepared, tmp_path, monkeypatch):
+    """A run resumed from a checkpoint never logs the steps before it again, so
+    they must be in the event files, not in the writer's memory, before the
+    save: kill -9 after it lost them (steps 1-5 gone, once in ten under load)."""
+    workdir = str(tmp_path / "run")
+    seen = tensorboard_at_each_save(monkeypatch, f"{workdir}/tensorboard")
+    trainer.train(tiny_config(prepared), workdir, progress=False)   # saves at 3 and 6
+    assert seen == {3: [1, 2, 3], 6: [1, 2, 3, 4, 5, 6]}
 
 
 # ---- damaged inputs ------------------------------------------------------------

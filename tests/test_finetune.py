@@ -13,6 +13,7 @@ import pytest
 
 import waiting
 from conftest import DEMO_CONFIG, ROOT, tiny_config, tiny_overrides
+from fault_helpers import tensorboard_at_each_save
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.finetune.experiment import finetune_settings
@@ -125,12 +126,16 @@ def test_each_head_learns_its_synthetic_task(env, task, metric, floor):
 
 
 @SLOW
-def test_a_stopped_run_resumes_bit_exactly(env, tmp_path):
+def test_a_stopped_run_resumes_bit_exactly(env, tmp_path, monkeypatch):
     tuner, straight, out = learned(env, "classify")
     resumed = str(tmp_path / "resumed")
+    tensorboard = tensorboard_at_each_save(monkeypatch, os.path.join(resumed, "tensorboard"))
     first = run_one(tuner, 0, 0.0, [0.0], resumed, progress=False, stop_at=10)
     assert first["message"].startswith("stopped at step 10")
     assert sorted(os.listdir(os.path.join(resumed, "checkpoints"))) == ["10"]
+    logged = [r["step"] for r in map(json.loads, open(os.path.join(resumed, "metrics.jsonl")))
+              if r["split"] == "train"]
+    assert tensorboard == {10: logged} and logged[-1] == 10   # in the files before the save
     with pytest.raises(KjaxError, match=r"resumed holds a run with other settings \(seed: 0 → 3\)"):
         run_one(tuner, 3, 0.0, [0.0], resumed, progress=False)
     second = run_one(tuner, 0, 0.0, [0.0], resumed, progress=False)  # what a rerun does

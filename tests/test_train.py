@@ -187,6 +187,29 @@ print(torch.ones(2).sum().item())
     assert b"train/loss" in open(event, "rb").read()
 
 
+def test_metric_writer_flushes_everything_and_a_resume_within_the_second_purges_after_it(
+        tmp_path):
+    """flush() leaves nothing in memory (a checkpoint follows it); a session
+    resumed at step 2 within the same second gets its own file, read after the
+    first, and TensorBoard shows steps 1-2 from the first and 3-4 from it."""
+    from fault_helpers import purged_scalars
+    from kjax.train.metrics import MetricWriter
+    tb = str(tmp_path / "tensorboard")
+    first = MetricWriter(str(tmp_path))
+    for step in (1, 2, 3):
+        first.write(step, {"loss": 1.0})
+    first.flush()
+    assert purged_scalars(tb, "train/loss") == [1, 2, 3]     # the file still open
+    first.close()
+    second = MetricWriter(str(tmp_path), resume_step=2)
+    for step in (3, 4):
+        second.write(step, {"loss": 2.0})
+    second.close()
+    assert len(os.listdir(tb)) == 2
+    assert purged_scalars(tb, "train/loss") == [1, 2, 3, 4]
+    assert [r["loss"] for r in read_metrics(str(tmp_path))] == [1.0, 1.0, 2.0, 2.0]
+
+
 def test_remote_workdir_logs_through_a_local_mirror(prepared, tmp_path, monkeypatch):
     """A gs:// workdir (simulated: every path counts as remote) gets its logs
     copied to WORKDIR/logs after saves; a new machine pulls them back, so the

@@ -27,14 +27,6 @@ ECHOES = ("Event loop is closed", "Encountered error while reading array index",
           "was never awaited", "cannot schedule new futures after shutdown")
 ORPHANS = ("exception was never retrieved",)
 _installed = False
-_reported = [False]
-
-
-def reported() -> None:
-    """kjax has printed its error line: what the libraries' exit hooks and
-    writer threads raise after it (a full disk refusing tensorboardX's last
-    flush) is the same fault again."""
-    _reported[0] = True
 
 
 def is_echo(exc: BaseException | None) -> bool:
@@ -43,11 +35,6 @@ def is_echo(exc: BaseException | None) -> bool:
     from kjax import store_outage
     return exc is not None and (any(text in str(exc) for text in ECHOES)
                                 or store_outage.unreachable_in(exc) is not None)
-
-
-def _from_writer_at_exit(obj) -> bool:
-    module = getattr(obj, "__module__", None) or type(obj).__module__
-    return _reported[0] and str(module).startswith("tensorboardX")
 
 
 def install() -> None:
@@ -59,11 +46,11 @@ def install() -> None:
     previous_unraisable, previous_thread = sys.unraisablehook, threading.excepthook
 
     def unraisable(info):
-        if not (is_echo(info.exc_value) or _from_writer_at_exit(info.object)):
+        if not is_echo(info.exc_value):
             previous_unraisable(info)
 
     def thread_hook(args):
-        if not (is_echo(args.exc_value) or _from_writer_at_exit(args.thread)):
+        if not is_echo(args.exc_value):
             previous_thread(args)
 
     sys.unraisablehook, threading.excepthook = unraisable, thread_hook

@@ -144,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         if notes:
             message += " (note: " + " ".join("; ".join(notes).split()) + ")"
         print(f"kjax: error: {message}", file=sys.stderr, flush=True)
-        quiet.reported()
         return getattr(e, "exit_code", 2)   # 75: the object store was unreachable (RECOVERY.md)
 
 

@@ -92,6 +92,7 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
             stop = progress_state["stopped"] or step == stop_at
             # Evaluations replay exactly on resume, so a checkpoint need not follow each one.
             if stop or ckpt.should_save(step) or step == tuner.total_steps:
+                writer.flush()   # the steps this checkpoint covers are logged for good
                 ckpt.save(step, state, progress_state, force=True)
             if stop:
                 break

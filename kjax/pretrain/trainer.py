@@ -279,6 +279,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             if s.checkpoints.should_save(step) or step == t.num_steps or stop_now:
                 jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
                 with goodput.timed("checkpoint"):
+                    writer.flush()   # the steps this checkpoint covers are logged for good
                     s.checkpoints.save(step, state, iterator.get_state(), force=True)
                     if primary:
                         push_logs(workdir)

@@ -50,21 +50,24 @@ def peak_flops(config) -> tuple[float, str]:
     return measure_matmul_flops(config.model.dtype), "measured matmul"
 
 
-def _summary_writer():
-    """tensorboardX's SummaryWriter, imported without PyTorch where torch is
-    installed but not loaded: tensorboardX tries `import torch` only to accept
-    torch tensors (kjax hands it floats), and that import cost every run with
-    the export extra about 2 s of start-up. None in sys.modules makes the
-    import fail, and tensorboardX carries on with numpy."""
-    if "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-        return SummaryWriter
-    sys.modules["torch"] = None
+def _tensorboardx():
+    """tensorboardX's event-file writer, scalar summary and Event protos,
+    imported without PyTorch where torch is installed but not loaded:
+    tensorboardX tries `import torch` only to accept torch tensors (kjax hands
+    it floats), and that import cost every run with the export extra about 2 s
+    of start-up. None in sys.modules makes the import fail, and tensorboardX
+    carries on with numpy."""
+    hidden = "torch" not in sys.modules
+    if hidden:
+        sys.modules["torch"] = None
     try:
-        from tensorboardX import SummaryWriter
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.summary import scalar
     finally:
-        del sys.modules["torch"]
-    return SummaryWriter
+        if hidden:
+            del sys.modules["torch"]
+    return EventsWriter, Event, SessionLog, scalar
 
 
 class MetricWriter:
@@ -72,9 +75,16 @@ class MetricWriter:
     steps after it again (bit-exactly), so the rows a killed session logged
     past that step are dropped from metrics.jsonl (rewritten atomically; a
     torn last line from kill -9 goes too) and TensorBoard is told to purge
-    them (`purge_step`: a SessionLog.START at resume_step + 1 hides every
-    older event from that step on). Each step is then held once, after any
-    number of resumes. Session summaries (split "goodput") are kept."""
+    them (a SessionLog.START at resume_step + 1 hides every older event from
+    that step on). Each step is then held once, after any number of resumes.
+    Session summaries (split "goodput") are kept.
+
+    The events are written in this thread, not by tensorboardX's
+    SummaryWriter: its flush() leaves what its writer thread has not yet taken
+    from the queue, so "everything so far is in the file" could not be
+    promised before a checkpoint (see flush)."""
+
+    FLUSH_SECS = 30   # TensorBoard shows a live run this far behind at most
 
     def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
         self.enabled = enabled
@@ -84,8 +94,18 @@ class MetricWriter:
             os.makedirs(workdir, exist_ok=True)
             if resume_step is not None and os.path.exists(self.path):
                 truncate_metrics(self.path, resume_step)
-            self.tb = _summary_writer()(os.path.join(workdir, "tensorboard"), purge_step=None
-                                    if resume_step is None else resume_step + 1)
+            events_writer, self._event, session_log, self._scalar = _tensorboardx()
+            folder = os.path.join(workdir, "tensorboard")
+            os.makedirs(folder, exist_ok=True)
+            # tensorboardX names the file by the second and host; the nanoseconds
+            # after them keep a session that resumes within that second from
+            # overwriting it, and sort it after (TensorBoard reads in name order).
+            self.tb = events_writer(os.path.join(folder, "events"), f".{time.time_ns()}")
+            if resume_step is not None:
+                self.tb.write_event(self._event(
+                    step=resume_step + 1, wall_time=time.time(),
+                    session_log=session_log(status=session_log.START)))
+            self.flush()
 
     def write(self, step: int, metrics: dict, prefix: str = "train") -> None:
         if not self.enabled:
@@ -94,13 +114,27 @@ class MetricWriter:
                **{k: float(np.asarray(v)) for k, v in metrics.items()}}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
+        now = time.time()
         for k, v in row.items():
             if k not in ("step", "split"):
-                self.tb.add_scalar(f"{prefix}/{k}", v, step)
+                self.tb.write_event(self._event(step=step, wall_time=now,
+                                                summary=self._scalar(f"{prefix}/{k}", v)))
+        if time.monotonic() - self._flushed > self.FLUSH_SECS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Puts every row written so far into the files. Called before a
+        checkpoint is saved: a run resumed from it never computes those steps
+        again, so events still in memory when a kill -9 came would be lost for
+        good (metrics.jsonl is written row by row)."""
+        if self.tb is not None:
+            self.tb.flush()
+            self._flushed = time.monotonic()
 
     def close(self) -> None:
         if self.tb is not None:
-            self.tb.close()
+            tb, self.tb = self.tb, None
+            tb.close()
 
     def abandon(self) -> None:
         """Closes after an error (a full disk may refuse the last flush)."""
