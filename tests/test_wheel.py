@@ -49,16 +49,18 @@ def build_wheel(folder) -> str:
                             "--no-build-isolation", "-q", "-w", out, source],
                            capture_output=True, text=True)
     assert built.returncode == 0, f"pip wheel failed:\n{built.stdout}{built.stderr}"
-    (name,) = [n for n in os.listdir(out) if n.endswith(".whl")]
-    return os.path.join(out, name)
+    return the_wheel_in(out)
+
+
+def the_wheel_in(dist) -> str:
+    (name,) = [n for n in os.listdir(dist) if n.endswith(".whl")]
+    return os.path.join(dist, name)
 
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
     """Built once for the run: the workers' tests share it."""
-    folder = built_once(tmp_path_factory, "wheel", build_wheel)
-    (name,) = [n for n in os.listdir(folder / "dist") if n.endswith(".whl")]
-    return str(folder / "dist" / name)
+    return the_wheel_in(built_once(tmp_path_factory, "wheel", build_wheel) / "dist")
 
 
 @pytest.fixture(scope="module")
