@@ -9,6 +9,9 @@ meaning, section by section.
                     both values
     --json          one object per key: key, value, default, allowed, meaning
                     (and recorded, with --diff)
+    --schedule      instead of the keys: the learning rate train.schedule
+                    gives at a handful of steps (0, the end of warmup, the
+                    quarters of the run, num_steps), one line each
 
 Output (one line per key; `*` marks a value that is not the default):
 
@@ -34,6 +37,8 @@ def register(verbs, add_config) -> None:
     s.add_argument("--diff", default=None, metavar="WORKDIR", help="only the keys where the "
                    "config recorded in WORKDIR (kjax_config.py) differs, with both values")
     s.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    s.add_argument("--schedule", action="store_true", help="the learning rate at a handful of "
+                   "steps (train.schedule, warmup, num_steps) instead of the keys")
     s.set_defaults(handler=run_show, own_config=True)
 
 
@@ -100,6 +105,8 @@ def run_show(args, _config) -> int:
     from kjax.config.recorded import recorded_config_path
     config = (load_config(args.config, args.overrides) if args.config
               else apply_overrides(defaults(), args.overrides))
+    if args.schedule:
+        return show_schedule(config, args.json)
     recorded = None
     if args.diff is not None:
         path = recorded_config_path(args.diff)
@@ -118,4 +125,24 @@ def run_show(args, _config) -> int:
         print(f"{len(found)} keys of {shown} (* : not the default)")
     if found:
         print(format_rows(found, args.diff))
+    return 0
+
+
+def show_schedule(config, as_json: bool) -> int:
+    """The learning-rate curve of the config's train section, a line a step."""
+    from kjax.config import validate
+    from kjax.train.schedules import schedule_points
+    validate(config)   # a wsd decay that overlaps the warmup: one line, not a curve
+    points = schedule_points(config.train)
+    if as_json:
+        print(json.dumps([{"step": s, "learning_rate": lr, "note": n} for s, lr, n in points]))
+        return 0
+    t = config.train
+    shape = f", decay_fraction {t.decay_fraction}, decay_shape {t.decay_shape}" \
+        if t.schedule == "wsd" else ""
+    print(f"train.schedule={t.schedule!r}: peak {t.learning_rate:g}, warmup {t.warmup_steps}, "
+          f"{t.num_steps} steps, final_lr_fraction {t.final_lr_fraction:g}{shape}")
+    width = len(str(t.num_steps))
+    for step, lr, what in points:
+        print(f"  step {step:>{width}}  lr {lr:.4e}" + (f"  {what}" if what else ""))
     return 0

@@ -91,6 +91,8 @@ def share(default, meaning, closed_max=False):
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
 ARCHS = ("bert", "modern")
+OPTIMIZERS = ("adamw", "lamb", "adafactor", "stable_adamw")   # kjax/train/optimizers.py
+SCHEDULES = ("linear", "cosine", "wsd", "constant")           # kjax/train/schedules.py
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "nothing_saveable", "everything_saveable")
 TOKENIZER_SCHEMES = ("sentencepiece", "morph-sp", "multihot", "imported")
@@ -249,10 +251,32 @@ DATA = {
 
 TRAIN = {
     "batch_size": at_least(1, 128, "global batch (examples per step)"),
+    "microbatches": at_least(1, 1, "gradient accumulation: the batch is split into this many "
+                             "microbatches that run one after another in the step, their "
+                             "gradients summed into one update (1: off); the result is the "
+                             "whole batch's, so it may change between resumes of a run"),
     "num_steps": at_least(1, 100_000, "steps of the schedule"),
     "learning_rate": positive(1e-4, "peak learning rate"),
-    "warmup_steps": at_least(0, 10_000, "linear warmup steps (then linear decay to 0)"),
-    "weight_decay": at_least(0, 0.01, "AdamW decoupled weight decay"),
+    "warmup_steps": at_least(0, 10_000, "linear warmup steps from 0 to learning_rate (then "
+                             "train.schedule: linear decay to 0 by default)"),
+    "schedule": Key("linear", "the learning rate after warmup (kjax/train/schedules.py): linear "
+                    "or cosine decay to final_lr_fraction·peak at num_steps (BERT: linear), "
+                    "wsd (ModernBERT: the peak, then the last decay_fraction of the steps "
+                    "decays in decay_shape) or constant; `kjax config show --schedule` prints "
+                    "it", choices=SCHEDULES),
+    "final_lr_fraction": share(0.0, "the learning rate at num_steps as a share of the peak "
+                               "(linear, cosine, wsd)", closed_max=True),
+    "decay_fraction": share(0.1, "wsd: share of num_steps in the final decay",
+                            closed_max=True),
+    "decay_shape": Key("sqrt", "wsd: the decay's shape, linear or sqrt (the factor "
+                       "1 - sqrt(progress), ModernBERT's)", choices=("linear", "sqrt")),
+    "optimizer": Key("adamw", "the update rule behind global-norm clipping "
+                     "(kjax/train/optimizers.py): adamw (BERT), lamb (large-batch BERT; no "
+                     "trust ratio or decay on biases and LayerNorm), adafactor (factored second "
+                     "moments, no b1/b2/eps) or stable_adamw (ModernBERT's StableAdamW: "
+                     "per-tensor update clipping); a resume must keep it", choices=OPTIMIZERS),
+    "weight_decay": at_least(0, 0.01, "decoupled weight decay (× the learning rate; not on "
+                             "biases, LayerNorm or E_inpos)"),
     "b1": share(0.9, "Adam beta1"),
     "b2": share(0.999, "Adam beta2"),
     "eps": at_least(0, 1e-6, "Adam epsilon"),
@@ -280,6 +304,9 @@ TRAIN = {
     "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
                    "attention inside an example, positions restart; kjax/batches/packing.py): "
                    "no NSP, one-hot input, no knowledge heads or B"),
+    "profile_steps": Key("", "START:COUNT: a jax.profiler trace of steps START..START+COUNT-1 "
+                         "(1-based) into WORKDIR/tensorboard/plugins/profile "
+                         "(kjax/train/profiler.py); \"\": none"),
 }
 
 MESH = {

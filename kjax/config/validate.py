@@ -113,11 +113,38 @@ def validate_data(c) -> None:
                         "'morpheme' or 'eojeol' with tokenizer.scheme=multihot")
 
 
+PROFILE_STEPS = re.compile(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*")
+
+
+def profile_steps(value: str) -> tuple[int, int] | None:
+    """train.profile_steps as (START, COUNT), or None when it is "" (no trace)."""
+    if not value.strip():
+        return None
+    found = PROFILE_STEPS.fullmatch(value)
+    if not found or int(found[1]) < 1 or int(found[2]) < 1:
+        raise KjaxError(f"train.profile_steps={value!r}: give START:COUNT with START >= 1 and "
+                        f"COUNT >= 1 (e.g. '100:5' traces steps 100..104), or '' for no trace")
+    return int(found[1]), int(found[2])
+
+
 def validate_train(c) -> None:
     r = c.train
+    profile_steps(r.profile_steps)
     if r.warmup_steps > r.num_steps:
         raise KjaxError(f"train.warmup_steps={r.warmup_steps} exceeds "
                         f"train.num_steps={r.num_steps}")
+    if r.schedule == "wsd":
+        from kjax.train.schedules import wsd_decay_steps   # optax: only for this schedule
+        decay = wsd_decay_steps(r)
+        if r.warmup_steps + decay > r.num_steps:
+            raise KjaxError(f"train.schedule='wsd': train.warmup_steps={r.warmup_steps} + "
+                            f"{decay} decay steps (train.decay_fraction={r.decay_fraction} of "
+                            f"train.num_steps={r.num_steps}) exceed num_steps; lower "
+                            f"warmup_steps or decay_fraction, or raise num_steps")
+    if r.batch_size % r.microbatches:
+        raise KjaxError(f"train.microbatches={r.microbatches} does not divide train.batch_size="
+                        f"{r.batch_size}; give a divisor of the batch (each microbatch holds "
+                        f"batch_size / microbatches examples)")
 
 
 def validate_mesh(c) -> None:

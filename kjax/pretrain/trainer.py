@@ -36,10 +36,12 @@ from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch
 from kjax import paths
 from kjax.config import platform_defaults
 from kjax.config.load import load_config
-from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
+from kjax.config.recorded import (flush_notes, note, record_config, recorded_config_path,
+                                  refuse_recipe_change)
 from kjax.model import flash_tuning
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
+from kjax.train.profiler import StepProfiler
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
                              objective_weights, summarize_eval)
@@ -191,6 +193,7 @@ def resolve_platform_defaults(config, workdir: str) -> None:
             recorded = load_config(path)
         except KjaxError:
             recorded = None    # unreadable: record_config replaces it, saying so
+    refuse_recipe_change(config, recorded, path)   # its optimizer state, its LR curve
     platform_defaults.resolve(config, recorded=recorded)
     # the flash tiles this run ran with (timed on its first GPU): a resume keeps them
     flash_tuning.forget()
@@ -237,13 +240,16 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     last = {"step": start}
     goodput.start_loop(start)
     window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+    profiler = StepProfiler(c, logs, start, workdir, bar)   # train.profile_steps
     try:
         for step in range(start + 1, t.num_steps + 1):
+            profiler.begin(step)
             fetch_start = time.perf_counter()
             with goodput.timed("data_wait"):
                 batch = put_batch(next(iterator), s.mesh)
             data_wait += time.perf_counter() - fetch_start
             state, metrics = train_step(state, batch)
+            window_start += profiler.end(step, (state, metrics))  # writing a trace: not step time
             s.checkpoints.check_for_errors()  # a failed background write: stop now, in one line
             window_steps += 1
             dispatched.append(metrics["loss"])
@@ -287,6 +293,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 break
         done(wait=True)
     finally:
+        profiler.close()   # a run stopped while tracing still writes its trace
         bar.close()  # a newline before any error line
     goodput.end_loop()
     with goodput.timed("checkpoint"):

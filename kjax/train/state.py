@@ -12,7 +12,6 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from kjax import objectives
 from kjax.config.platform import platform
@@ -21,38 +20,9 @@ from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.modern import ModernBertForPreTraining
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
-
-
-def learning_rate_schedule(train_cfg) -> optax.Schedule:
-    """BERT: linear warmup to the peak, then linear decay to 0 at num_steps."""
-    peak, warmup = train_cfg.learning_rate, train_cfg.warmup_steps
-    return optax.join_schedules(
-        [optax.linear_schedule(0.0, peak, max(1, warmup)),
-         optax.linear_schedule(peak, 0.0, max(1, train_cfg.num_steps - warmup))], [warmup])
-
-
-# Multiplicative gates: parameters initialised at 1 that scale other vectors
-# (E_inpos, METHODS Eq. 3). Decay would pull them to 0, i.e. switch the
-# morpheme's tokens off, not towards "no effect" (1). Chosen by name, not by
-# rank: E_inpos is a [tokens per morpheme, hidden] table, shaped like the
-# embedding tables that should decay.
-NO_DECAY_MODULES = ("inpos_embeddings",)
-
-
-def decay_mask(params):
-    """Weight decay on matrices only: not on LayerNorm scales, biases or the
-    multiplicative gates of NO_DECAY_MODULES."""
-    def decays(path, _):
-        names = [getattr(p, "key", None) for p in path]
-        return names[-1] in ("kernel", "embedding") and not set(names) & set(NO_DECAY_MODULES)
-    return jax.tree_util.tree_map_with_path(decays, params)
-
-
-def make_optimizer(train_cfg) -> optax.GradientTransformation:
-    return optax.chain(
-        optax.clip_by_global_norm(train_cfg.grad_clip_norm),
-        optax.adamw(learning_rate_schedule(train_cfg), b1=train_cfg.b1, b2=train_cfg.b2,
-                    eps=train_cfg.eps, weight_decay=train_cfg.weight_decay, mask=decay_mask))
+# The optimizer and schedule registries; imported from here by the trainers and tests.
+from kjax.train.optimizers import NO_DECAY_MODULES, decay_mask, make_optimizer  # noqa: F401
+from kjax.train.schedules import learning_rate_schedule  # noqa: F401
 
 
 ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining}
