@@ -136,7 +136,8 @@ class SelfAttention(nn.Module):
     local_window: int | None = None
 
     @nn.compact
-    def __call__(self, x, attention_mask, shake=None, bf=None, segment_ids=None, rope=None):
+    def __call__(self, x, attention_mask, shake=None, bf=None, segment_ids=None, rope=None,
+                 example_ids=None):
         cfg = self.config
         head_dim = cfg.head_dim
         q, k, v = (HeadProjection(cfg, name=n)(x) for n in ("query", "key", "value"))
@@ -149,7 +150,8 @@ class SelfAttention(nn.Module):
             # The layer's key (per layer under nn.scan's split, per step from the
             # step's key) → the keep bits of kjax/model/dropout_hash.py, on any path.
             drop = dict(rate=cfg.attention_dropout_rate, broadcast=cfg.attention_dropout_broadcast,
-                        words=dropout_hash.key_words(self.make_rng("dropout")))
+                        words=dropout_hash.key_words(self.make_rng("dropout")),
+                        examples=example_ids)
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
                            explicit=self.return_analysis, dropping=drop is not None,
                            dtype=q.dtype)
@@ -160,7 +162,8 @@ class SelfAttention(nn.Module):
                                              tiles=cfg.attention_tiles), None
         else:
             dropout = None if drop is None else (
-                lambda p: dropout_hash.dropout(p, drop["words"], drop["rate"], drop["broadcast"]))
+                lambda p: dropout_hash.dropout(p, drop["words"], drop["rate"], drop["broadcast"],
+                                               drop["examples"]))
             # α for the analysis stays fp32 (norms of α·f(x)); training holds q's dtype.
             context, probs = explicit_attention(
                 q, k, v, attention_mask, **masks, shake=shake, bf=bf, dropout=dropout,

@@ -107,7 +107,8 @@ def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
                     local_window: int | None = None, shake=None, bf=None, dropout=None,
                     tiles=()):
     """q (scaled by 1/sqrt(d)), k, v [b, s, heads, d] → context [b, s, heads, d].
-    `dropout`: {"rate", "words", "broadcast"} (kjax/model/dropout_hash.py), flash only;
+    `dropout`: {"rate", "words", "broadcast", "examples"} (kjax/model/dropout_hash.py),
+    flash only;
     `tiles`: model.attention_tiles as (signature, value) pairs (flash_tuning)."""
     if impl == "dot_product" and dropout is None:
         return _dot_product(q, k, v, attention_mask, segment_ids, local_window)
@@ -139,21 +140,26 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
     its batch and head shards (shard_map), as XLA cannot partition a Pallas
     call. The specs come from the logical-axis rules, not from mesh names.
     Dropout's keep bits hash the global example and head, so each shard
-    passes its offsets: the masks do not depend on the mesh."""
+    passes its offsets: the masks do not depend on the mesh. A microbatch's
+    rows carry their global indices (`examples`), contiguous within a shard
+    (kjax/train/accumulation.py): the shard's first one is its offset."""
     interpret = platform() == "cpu"
     bf = jnp.asarray(0.0 if bf is None else bf, jnp.float32)
     rate = 0.0 if dropout is None else dropout["rate"]
     broadcast = dropout is not None and dropout["broadcast"]
     words = jnp.zeros(2, jnp.int32) if dropout is None else dropout["words"]
+    examples = None if dropout is None else dropout.get("examples")
     mesh = jax.sharding.get_abstract_mesh()
     heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
 
-    def local(q, k, v, attention_mask, segment_ids, shake, bf, words, sharded=False):
+    def local(q, k, v, attention_mask, segment_ids, shake, bf, words, examples, sharded=False):
         base = None
-        if sharded and rate:
-            base = jnp.stack([_axis_index(heads[0]) * q.shape[0],
-                              _axis_index(heads[2]) * q.shape[2],
-                              jnp.int32(q.shape[2] * _axes_size(mesh, heads[2]))])
+        if (sharded or examples is not None) and rate:
+            first = (_axis_index(heads[0]) * q.shape[0] if examples is None
+                     else examples[0].astype(jnp.int32))
+            head = _axis_index(heads[2]) * q.shape[2] if sharded else jnp.int32(0)
+            base = jnp.stack([first, head, jnp.int32(
+                q.shape[2] * (_axes_size(mesh, heads[2]) if sharded else 1))])
         tiles = None
         if platform() == "gpu":   # Triton: the tiles timed on this card (flash_tuning)
             layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
@@ -167,7 +173,7 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
                                dropout_broadcast=broadcast, index_base=base,
                                tiles=tiles, interpret=interpret)
 
-    args = (q, k, v, attention_mask, segment_ids, shake, bf, words)
+    args = (q, k, v, attention_mask, segment_ids, shake, bf, words, examples)
     if mesh.empty or mesh.size == 1:
         return local(*args)
     if q.shape[0] % _axes_size(mesh, heads[0]) or q.shape[2] % _axes_size(mesh, heads[2]):
@@ -176,7 +182,7 @@ def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf
     shake_spec = None if shake is None else (
         jax.tree.map(lambda _: rows, shake) if isinstance(shake, dict) else P(heads[0], None, None))
     specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P(),
-             P())
+             P(), None if examples is None else P(heads[0]))
     return jax.shard_map(functools.partial(local, sharded=True), mesh=mesh, in_specs=specs,
                          out_specs=heads, check_vma=False)(*args)
 

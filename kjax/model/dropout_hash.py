@@ -136,11 +136,18 @@ def keep_tile(seed, q0, k0, bq: int, bk: int, seq: int, rate: float):
     return jnp.stack([even, odd], axis=-1).reshape(bq, bk)
 
 
-def keep_mask(words, shape, rate: float, broadcast: bool = False):
-    """Boolean [b, h, q, k] keep bits of a whole attention call (explicit path)."""
+def example_index(examples, b: int):
+    """int32 [b]: the global index of each row — `examples` where the step
+    splits its batch into microbatches (kjax/train/accumulation.py), else 0..b-1."""
+    return jnp.arange(b, dtype=jnp.int32) if examples is None else examples.astype(jnp.int32)
+
+
+def keep_mask(words, shape, rate: float, broadcast: bool = False, examples=None):
+    """Boolean [b, h, q, k] keep bits of a whole attention call (explicit path);
+    `examples` [b]: each row's global example index (None: 0..b-1)."""
     b, h, q, k = shape
     plane = jnp.int32(0) if broadcast else (
-        jnp.arange(b, dtype=jnp.int32)[:, None, None, None] * np.int32(h)
+        example_index(examples, b)[:, None, None, None] * np.int32(h)
         + jnp.arange(h, dtype=jnp.int32)[None, :, None, None])
     seed = plane_seed(words[0], words[1], plane)
     rows = jnp.arange(q, dtype=jnp.int32)[:, None]
@@ -150,9 +157,30 @@ def keep_mask(words, shape, rate: float, broadcast: bool = False):
     return jnp.broadcast_to(lanes.reshape(lanes.shape[:-2] + (-1,))[..., :k], shape)
 
 
-def dropout(probs, words, rate: float, broadcast: bool = False):
+def dropout(probs, words, rate: float, broadcast: bool = False, examples=None):
     """α [b, h, q, k] → keep·α/(1 − effective rate) (flax's nn.Dropout: 1/(1 − rate)),
     the scaling in fp32 (a bf16 1/(1 − rate) would be 0.2 % off)."""
-    mask = keep_mask(words, probs.shape, rate, broadcast)
+    mask = keep_mask(words, probs.shape, rate, broadcast, examples)
     kept = (probs.astype(jnp.float32) * np.float32(keep_scale(rate))).astype(probs.dtype)
     return jnp.where(mask, kept, jnp.zeros_like(probs))
+
+
+def hidden_keep_mask(words, shape, rate: float, examples=None):
+    """Boolean [b, s, d] keep bits of hidden dropout (embeddings, attention
+    output, FFN): the attention hash with plane = global example, row =
+    position and the feature pairs as keys. A function of (the layer's key,
+    example, position, feature) alone, so a batch split into microbatches, or
+    over any number of devices, drops exactly the units the whole batch would."""
+    b, s, d = shape
+    seed = plane_seed(words[0], words[1], example_index(examples, b)[:, None, None])
+    rows = jnp.arange(s, dtype=jnp.int32)[None, :, None]
+    pairs = jnp.arange((d + 1) // 2, dtype=jnp.int32)[None, None, :]
+    even, odd = _lanes(pair_hash(seed, rows, pairs, d), rate)
+    return jnp.stack([even, odd], axis=-1).reshape(b, s, -1)[..., :d]
+
+
+def hidden_dropout(x, words, rate: float, examples=None):
+    """x [b, s, d] → keep·x/(1 − effective rate), the scaling in fp32 as `dropout`."""
+    mask = hidden_keep_mask(words, x.shape, rate, examples)
+    kept = (x.astype(jnp.float32) * np.float32(keep_scale(rate))).astype(x.dtype)
+    return jnp.where(mask, kept, jnp.zeros_like(x))

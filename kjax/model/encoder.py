@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.knowledge_heads import KnowledgeHeads
-from kjax.model.layers import dense, gelu, kernel_init, layer_norm, zeros_init
+from kjax.model.layers import Dropout, dense, gelu, kernel_init, layer_norm, zeros_init
 from kjax.model.lookup import Table, gather_rows
 
 
@@ -47,7 +47,7 @@ class Embeddings(nn.Module):
                                            "token_type_embeddings")
         self.morpheme_tables(table)
         self.layer_norm = layer_norm(cfg, "layer_norm")
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
         if cfg.projects_embeddings:   # ELECTRA's embeddings_project: E → H after the LayerNorm
             self.embeddings_project = dense(cfg, cfg.hidden_size, (None, "embed"),
                                             "embeddings_project")
@@ -69,7 +69,8 @@ class Embeddings(nn.Module):
                 embedding_init=nn.with_logical_partitioning(near_one, (None, "embed")))
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
 
-    def __call__(self, input_ids, token_type_ids, position_ids=None, multihot=None):
+    def __call__(self, input_ids, token_type_ids, position_ids=None, multihot=None,
+                 example_ids=None):
         """Returns (embedded positions, Input_k before LayerNorm). `position_ids`
         None: 0..s-1 in every row, a slice of the table (its gradient a sum
         over the batch, not a scatter)."""
@@ -87,7 +88,7 @@ class Embeddings(nn.Module):
         x = tokens + positions + self.token_type_embeddings(token_type_ids)
         if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
-        out = self.dropout(self.layer_norm(x), deterministic=self.deterministic)
+        out = self.dropout(self.layer_norm(x), self.deterministic, example_ids)
         if self.config.projects_embeddings:
             out = self.embeddings_project(out)
         return out, x
@@ -123,15 +124,16 @@ class Block(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, attention_mask, shake, bf, segment_ids=None):
+    def __call__(self, x, attention_mask, shake, bf, segment_ids=None, example_ids=None):
         cfg = self.config
-        drop = nn.Dropout(cfg.dropout_rate)
+        drop = Dropout(cfg.dropout_rate)
         attn, analysis = SelfAttention(cfg, self.deterministic, self.return_analysis,
-                                       name="attention")(x, attention_mask, shake, bf, segment_ids)
-        x = layer_norm(cfg, "attention_layer_norm")(x + drop(attn, self.deterministic))
+                                       name="attention")(x, attention_mask, shake, bf, segment_ids,
+                                                          example_ids=example_ids)
+        x = layer_norm(cfg, "attention_layer_norm")(x + drop(attn, self.deterministic, example_ids))
         h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "mlp_in")(x)
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(gelu(h))
-        x = layer_norm(cfg, "mlp_layer_norm")(x + drop(h, self.deterministic))
+        x = layer_norm(cfg, "mlp_layer_norm")(x + drop(h, self.deterministic, example_ids))
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
         return x, analysis
 
@@ -148,7 +150,7 @@ class Encoder(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, attention_mask, shake=None, segment_ids=None):
+    def __call__(self, x, attention_mask, shake=None, segment_ids=None, example_ids=None):
         cfg = self.config
         block = Block
         if cfg.remat_policy != "none":
@@ -162,15 +164,16 @@ class Encoder(nn.Module):
             # gains on GPU) while the parameters stay stacked: same checkpoints.
             stack = nn.scan(block, variable_axes={"params": 0},
                             split_rngs={"params": True, "dropout": True},
-                            in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast),
+                            in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast, nn.broadcast),
                             length=cfg.num_layers, unroll=cfg.scan_unroll or cfg.num_layers,
                             metadata_params={nn.PARTITION_NAME: "layers"})
             return stack(cfg, self.deterministic, self.return_analysis,
-                         name="layers")(x, attention_mask, shake, bf, segment_ids)
+                         name="layers")(x, attention_mask, shake, bf, segment_ids, example_ids)
         per_layer = []
         for i in range(cfg.num_layers):
             x, analysis = block(cfg, self.deterministic, self.return_analysis,
-                                name=f"layer_{i}")(x, attention_mask, shake, bf[i], segment_ids)
+                                name=f"layer_{i}")(x, attention_mask, shake, bf[i], segment_ids,
+                                                    example_ids)
             per_layer.append(analysis)
         if not self.return_analysis:
             return x, None
@@ -205,24 +208,27 @@ class BertForPreTraining(nn.Module):
             self.knowledge = KnowledgeHeads(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
-               multihot=None, return_inputs=False, segment_ids=None):
+               multihot=None, return_inputs=False, segment_ids=None, example_ids=None):
         """(hidden [b, s, H], analysis or None[, Input_k]). With `multihot` (token_ids,
         token_position, token_inpos [b, t]; position_tags [b, s]) positions are
         morphemes and `input_ids` is unused."""
-        x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot)
+        x, inputs = self.embeddings(input_ids, token_type_ids, position_ids, multihot,
+                                    example_ids)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        hidden, analysis = self.encoder(x, attention_mask, shake, segment_ids)
+        hidden, analysis = self.encoder(x, attention_mask, shake, segment_ids, example_ids)
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
                  position_ids=None, shake=None, multihot=None, knowledge_positions=None,
-                 segment_ids=None):
+                 segment_ids=None, example_ids=None):
         """`knowledge_positions`: {hyp_positions, sense_positions} [b, 20] for the
         knowledge heads (METHODS §2.5), when the config has them. `segment_ids`
-        [b, s]: packed rows (train.packing), attention stays inside a segment."""
+        [b, s]: packed rows (train.packing), attention stays inside a segment.
+        `example_ids` [b]: each row's index in the step's global batch, which
+        dropout hashes (a microbatch's rows; None: 0..b-1)."""
         hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
                                                position_ids, shake, multihot, return_inputs=True,
-                                               segment_ids=segment_ids)
+                                               segment_ids=segment_ids, example_ids=example_ids)
         pooled = jnp.tanh(self.pooler(hidden[:, 0]))
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kjax.model import dropout_hash
 from kjax.model.config import EncoderConfig
 
 
@@ -33,6 +34,22 @@ def dense(cfg: EncoderConfig, features: int, axes: tuple[str, str | None], name:
     return nn.Dense(features, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
                     param_dtype=cfg.weight_dtype, kernel_init=kernel_init(cfg, axes),
                     bias_init=zeros_init(axes[1:]), name=name)
+
+
+class Dropout(nn.Module):
+    """Hidden dropout whose bits are a hash of (the call's key, global example,
+    position, feature) (kjax/model/dropout_hash.py), not a draw over the
+    batch's shape as flax's nn.Dropout: the step's result does not depend on
+    how its batch is split into microbatches or over devices. `examples` [b]:
+    each row's global example index (None: 0..b-1)."""
+    rate: float
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool, examples=None):
+        if deterministic or self.rate == 0:
+            return x
+        words = dropout_hash.key_words(self.make_rng("dropout"))
+        return dropout_hash.hidden_dropout(x, words, self.rate, examples)
 
 
 # Python floats: weakly typed, so they never promote x's dtype.

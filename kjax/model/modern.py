@@ -30,7 +30,7 @@ from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import Embeddings, _remat_policy
 from kjax.model.knowledge_heads import KnowledgeHeads
-from kjax.model.layers import dense, gelu, kernel_init, layer_norm, zeros_init
+from kjax.model.layers import Dropout, dense, gelu, kernel_init, layer_norm, zeros_init
 from kjax.model.lookup import Table, gather_rows
 from kjax.model.rope import rope_tables
 
@@ -48,9 +48,9 @@ class ModernEmbeddings(Embeddings):
             n, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.weight_dtype,
             name=name, embedding_init=kernel_init(cfg, axes)))
         self.layer_norm = layer_norm(cfg, "layer_norm")
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
-    def __call__(self, input_ids, num_positions, multihot=None):
+    def __call__(self, input_ids, num_positions, multihot=None, example_ids=None):
         """Returns (embedded positions, Input_k before the Norm)."""
         if multihot is None:
             x = self.word_embeddings(input_ids)
@@ -58,7 +58,7 @@ class ModernEmbeddings(Embeddings):
             x = self.morpheme_vectors(multihot, num_positions)
             if self.config.embedding == "segment_sum_inpos_postag":
                 x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
-        return self.dropout(self.layer_norm(x), deterministic=self.deterministic), x
+        return self.dropout(self.layer_norm(x), self.deterministic, example_ids), x
 
 
 class GeGLUInput(nn.Module):
@@ -83,21 +83,21 @@ class ModernBlock(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, attention_mask, shake, bf, segment_ids, rope):
+    def __call__(self, x, attention_mask, shake, bf, segment_ids, rope, example_ids=None):
         cfg = self.config
-        drop = nn.Dropout(cfg.dropout_rate)
+        drop = lambda h: Dropout(cfg.dropout_rate)(h, self.deterministic, example_ids)  # noqa: E731
         window = None if cfg.global_layer(self.layer) else cfg.local_attention
         h = x if self.layer == 0 else layer_norm(cfg, "attention_norm")(x)
         attn, analysis = SelfAttention(cfg, self.deterministic, self.return_analysis,
                                        local_window=window, name="attention")(
-            h, attention_mask, shake, bf, segment_ids, rope)
-        x = x + drop(attn, self.deterministic)
+            h, attention_mask, shake, bf, segment_ids, rope, example_ids)
+        x = x + drop(attn)
         h = layer_norm(cfg, "mlp_norm")(x)
         gated = GeGLUInput(cfg, name="mlp_in")(h)
         h = gelu(gated[..., 0, :]) * gated[..., 1, :]
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "mlp_out")(
-            drop(h, self.deterministic))
-        x = x + drop(h, self.deterministic)
+            drop(h))
+        x = x + drop(h)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
         return x, analysis
 
@@ -108,7 +108,8 @@ class ModernEncoder(nn.Module):
     return_analysis: bool = False
 
     @nn.compact
-    def __call__(self, x, attention_mask, position_ids, shake=None, segment_ids=None):
+    def __call__(self, x, attention_mask, position_ids, shake=None, segment_ids=None,
+                 example_ids=None):
         cfg = self.config
         block = ModernBlock
         if cfg.remat_policy != "none":
@@ -121,7 +122,7 @@ class ModernEncoder(nn.Module):
         for i in range(cfg.num_layers):
             x, analysis = block(cfg, i, self.deterministic, self.return_analysis,
                                 name=f"layer_{i}")(x, attention_mask, shake, bf[i], segment_ids,
-                                                   ropes[cfg.global_layer(i)])
+                                                   ropes[cfg.global_layer(i)], example_ids)
             per_layer.append(analysis)
         x = layer_norm(cfg, "final_norm")(x)
         if not self.return_analysis:
@@ -150,22 +151,24 @@ class ModernBertForPreTraining(nn.Module):
             self.knowledge = KnowledgeHeads(cfg)
 
     def encode(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
-               multihot=None, return_inputs=False, segment_ids=None):
+               multihot=None, return_inputs=False, segment_ids=None, example_ids=None):
         """(hidden [b, s, H], analysis or None[, Input_k]), as BertForPreTraining.encode."""
         shape = token_type_ids.shape
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(shape[-1]), shape)
-        x, inputs = self.embeddings(input_ids, shape[-1], multihot)
+        x, inputs = self.embeddings(input_ids, shape[-1], multihot, example_ids)
         x = nn.with_logical_constraint(x, ("batch", "length", "act_embed"))
-        hidden, analysis = self.encoder(x, attention_mask, position_ids, shake, segment_ids)
+        hidden, analysis = self.encoder(x, attention_mask, position_ids, shake, segment_ids,
+                                        example_ids)
         return (hidden, analysis, inputs) if return_inputs else (hidden, analysis)
 
     def __call__(self, input_ids, token_type_ids, attention_mask, mlm_positions=None,
                  position_ids=None, shake=None, multihot=None, knowledge_positions=None,
-                 segment_ids=None):
+                 segment_ids=None, example_ids=None):
         hidden, analysis, inputs = self.encode(input_ids, token_type_ids, attention_mask,
                                                position_ids, shake, multihot,
-                                               return_inputs=True, segment_ids=segment_ids)
+                                               return_inputs=True, segment_ids=segment_ids,
+                                               example_ids=example_ids)
         picked = hidden if mlm_positions is None else gather_rows(hidden, mlm_positions)
         h = self.mlm_layer_norm(gelu(self.mlm_transform(picked)))
         mlm_logits = self.embeddings.attend(h) + self.mlm_bias.astype(jnp.float32)

@@ -85,11 +85,17 @@ def dummy_inputs(config, batch_size: int) -> dict:
     return kwargs
 
 
-def pretraining_loss(outputs: dict, batch: dict, config):
-    """(Σ weight · loss, {"loss": ..., every metric}) over the enabled objectives."""
+def pretraining_loss(outputs: dict, batch: dict, config, shares: dict | None = None):
+    """(Σ weight · loss, {"loss": ..., every metric}) over the enabled objectives.
+    `shares` {objective: a microbatch's slots / its whole batch's}: each
+    objective's loss and metrics scaled by it, so that their sums over the
+    microbatches are the whole batch's (kjax/train/accumulation.py)."""
     core, auxiliary, metrics = 0.0, 0.0, {}
     for objective in enabled(config):
         loss, m = objective.loss(outputs, batch, config)
+        if shares is not None:
+            loss, m = loss * shares[objective.name], {
+                k: v * shares[objective.name] for k, v in m.items()}
         if objective.auxiliary:
             auxiliary = auxiliary + objective.weight(config) * loss
         else:

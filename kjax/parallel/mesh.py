@@ -184,6 +184,21 @@ def check_mesh(config, num_devices: int, num_processes: int = 1) -> tuple[int, i
         raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
                         f"{batch_shards} batch shards (mesh data×fsdp); use a multiple of "
                         f"{batch_shards}")
+    micro = config.train.get("microbatches", 1)
+    if micro > 1 and config.train.batch_size % (micro * batch_shards):
+        raise KjaxError(f"train.batch_size={config.train.batch_size} in train.microbatches="
+                        f"{micro} makes microbatches of {config.train.batch_size / micro:g} "
+                        f"examples, which the {batch_shards} batch shards (mesh data×fsdp) "
+                        f"cannot split evenly; use a batch_size that is a multiple of "
+                        f"{micro * batch_shards}, or fewer microbatches")
+    if min(shape) > 1 and config.train.batch_size == micro * batch_shards:
+        # XLA's SPMD partitioner (jax 0.10.2, XLA:CPU) gave the encoder wrong
+        # gradients on a mesh with all three axes > 1 and one row per batch
+        # shard (tests/test_accumulation.py measures it); two rows are right.
+        raise KjaxError(f"mesh data={shape[0]} × fsdp={shape[1]} × tensor={shape[2]} with one "
+                        f"example per batch shard (train.batch_size={config.train.batch_size}, "
+                        f"train.microbatches={micro}) is refused: XLA computes wrong gradients "
+                        f"there; give each shard two rows or more, or set one mesh axis to 1")
     m = config.model
     for name, size, axis in (("hidden_size", m.hidden_size, shape[1]),
                              ("num_heads", m.num_heads, shape[2]),

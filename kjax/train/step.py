@@ -4,7 +4,10 @@
     eval_step(params, batch) -> metric sums
 
 Dropout randomness is `fold_in(rng, step)`: a function of the step alone,
-which is what makes a resumed run bit-identical to an uninterrupted one.
+which is what makes a resumed run bit-identical to an uninterrupted one;
+the bits hash that key with each row's global example index and position
+(kjax/model/dropout_hash.py), so `train.microbatches` (gradient
+accumulation, kjax/train/accumulation.py) does not change them.
 `train.dropout_rng` picks the generator that key seeds (`dropout_key`).
 """
 from __future__ import annotations
@@ -18,15 +21,18 @@ from kjax.config.platform_defaults import resolved_value
 from kjax.inputs import input_mode
 from kjax.objectives import METRIC_OBJECTIVE, objective_weights  # noqa: F401 (re-exported)
 from kjax.parallel.mesh import batch_sharding, on_mesh, replicated
+from kjax.train import accumulation
 from kjax.train.state import learning_rate_schedule
 
 
-def _forward(model, params, batch, rngs=None):
+def _forward(model, params, batch, rngs=None, example_ids=None):
     """The model on a batch: the input mode's arguments (kjax/inputs: tokens or
     segment sums, position ids, B) and the objectives' (MLM positions,
-    knowledge positions)."""
+    knowledge positions); `example_ids`: a microbatch's rows in the batch."""
     kwargs = {**input_mode(model.config.input_mode).model_inputs(batch),
               **objectives.model_inputs(batch)}
+    if example_ids is not None:
+        kwargs["example_ids"] = example_ids
     return model.apply({"params": params}, rngs=rngs, **kwargs)
 
 
@@ -50,14 +56,22 @@ def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
     generator = resolved_value("train.dropout_rng", config.train.dropout_rng)
 
+    microbatches = config.train.microbatches
+
     def train_step(state, batch):
         rng = dropout_key(state["rng"], state["step"], generator)
 
-        def loss_fn(params):
-            outputs = _forward(train_model, params, batch, rngs={"dropout": rng})
-            return objectives.pretraining_loss(outputs, batch, config)
+        def loss_fn(params, batch, shares=None, example_ids=None):
+            outputs = _forward(train_model, params, batch, {"dropout": rng}, example_ids)
+            return objectives.pretraining_loss(outputs, batch, config, shares)
 
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        if microbatches == 1:
+            (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                state["params"], batch)
+        else:   # one update from the microbatches' summed gradients (accumulation.py)
+            grads, metrics = accumulation.accumulate(loss_fn, state["params"], batch,
+                                                     microbatches, mesh, config,
+                                                     shardings["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
