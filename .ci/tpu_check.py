@@ -53,7 +53,7 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
     from kjax.config import load_config
     from kjax.objectives import check_config
     from kjax.compile_checks import record as cr
-    from kjax.pretrain import aot
+    from kjax.pretrain import aot, fit
     config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
@@ -85,7 +85,7 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
                   case, preset, topology, overrides, program, versions, verdict,
                   time.strftime("%Y-%m-%d"))}
     if fit and hbm:   # the search compiles: the record holds the preset's batch only
-        largest, failing, _ = aot.fit_batch(config, devices, step, progress=lambda m: print(
+        largest, failing, _ = fit.fit_batch(config, devices, step, progress=lambda m: print(
             "   ", m, file=sys.stderr, flush=True))
         report["fit"] = {"largest": largest, "smallest_failing": failing}
     return report

@@ -47,8 +47,12 @@ def _gib(n) -> str:
 def format_report(config_name: str, report: dict) -> str:
     mesh = " × ".join(f"{k}={v}" for k, v in report["mesh"].items())
     shards = report["mesh"]["data"] * report["mesh"]["fsdp"]
+    k = report.get("microbatches", 1)
+    split = "" if k == 1 else (f" in {k} microbatches of {report['batch_size'] // k} "
+                               f"({report['batch_size'] // k // shards} per batch shard; the "
+                               f"memory is one microbatch's plus the summed gradients)")
     lines = [f"{config_name} on {report['topology']}, mesh {mesh}, batch "
-             f"{report['batch_size']} ({report['batch_size'] // shards} per batch shard)"]
+             f"{report['batch_size']} ({report['batch_size'] // shards} per batch shard)" + split]
     rows = []
     for name, s in report["steps"].items():
         rows.append([name, f"{s.seconds:.0f}", _gib(s.arguments if s.fits else None),
@@ -60,8 +64,17 @@ def format_report(config_name: str, report: dict) -> str:
         f = report["fit"]
         beyond = (f"; {f['smallest_failing']} does not" if f["smallest_failing"]
                   else "; the search stopped before a batch that does not fit")
-        lines.append(f"largest batch that compiles: {f['largest']} "
+        lines.append(f"largest batch that compiles in one pass: {f['largest']} "
                      f"({f['largest'] // shards} per batch shard){beyond}")
+        if f.get("microbatches") is None:
+            lines.append(f"no train.microbatches splits batch {report['batch_size']} into "
+                         f"microbatches of at most {f['largest']} that the mesh takes")
+        else:
+            lines.append(f"batch {report['batch_size']} with accumulation: "
+                         f"--config.train.microbatches={f['microbatches']} (microbatches of "
+                         f"{report['batch_size'] // f['microbatches']}) "
+                         + ("fits" if f.get("microbatches_fit") else "does not fit either "
+                            "(the summed gradients' buffer): try one more microbatch"))
     if r := report.get("roofline"):
         lines.append(
             f"roofline per device: {r['model_flops'] / 1e12:.3f} TFLOP (kjax's count) / "
@@ -81,7 +94,7 @@ def to_json(report: dict) -> dict:
 
 
 def run_compile(args, config) -> int:
-    from kjax.pretrain.aot import advice, check, not_fitting_error
+    from kjax.pretrain.fit import advice, check, not_fitting_error
     steps = ("train",) if args.no_eval else ("train", "eval")
     quiet = lambda *a, **k: None  # noqa: E731
     progress = quiet if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
@@ -91,6 +104,7 @@ def run_compile(args, config) -> int:
           else format_report(args.config, report), flush=True)
     for s in report["steps"].values():
         if not s.fits:
-            largest = report.get("fit", {}).get("largest")
-            raise not_fitting_error(args.config, report["topology"], s, advice(config, s, largest))
+            fit = report.get("fit", {})
+            raise not_fitting_error(args.config, report["topology"], s,
+                                    advice(config, s, fit.get("largest"), fit.get("microbatches")))
     return 0

@@ -65,15 +65,15 @@ def validate_model(c) -> None:
                         f"{m.num_layers} layers; give one per layer or ()")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in per_layer):
         raise KjaxError(f"model.shake_factor_per_layer={tuple(per_layer)}: give numbers")
-    if m.arch != "bert" and m.scan_unroll != -1:   # its layers differ: never a scanned loop
+    if m.arch == "modern" and m.scan_unroll != -1:   # its layers differ: never a scanned loop
         raise KjaxError(f"model.scan_unroll={m.scan_unroll} does nothing with "
                         f"model.arch='{m.arch}' (its layers are unrolled, never scanned): leave "
                         f"it at -1 (a run kjax 0.1.0 recorded: set it to -1 in its "
                         f"kjax_config.py)")
     if m.embedding_size not in (0, m.hidden_size):
-        if m.arch != "bert":
+        if m.arch == "modern":
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size) needs "
-                            f"model.arch='bert'; set model.embedding_size=0")
+                            f"model.arch='bert' or 'electra'; set model.embedding_size=0")
         k = c.knowledge
         if k.hypernym_weight > 0 or k.sense_weight > 0 or k.verb_weight > 0:
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size): the "
@@ -127,6 +127,12 @@ def profile_steps(value: str) -> tuple[int, int] | None:
     return int(found[1]), int(found[2])
 
 
+def wsd_decay_steps(train_cfg) -> int:
+    """Steps in wsd's decay: the last decay_fraction share of num_steps (the
+    schedule, kjax/train/schedules.py, takes it from here)."""
+    return int(round(train_cfg.get("decay_fraction", 0.1) * train_cfg.num_steps))
+
+
 def validate_train(c) -> None:
     r = c.train
     profile_steps(r.profile_steps)
@@ -134,7 +140,6 @@ def validate_train(c) -> None:
         raise KjaxError(f"train.warmup_steps={r.warmup_steps} exceeds "
                         f"train.num_steps={r.num_steps}")
     if r.schedule == "wsd":
-        from kjax.train.schedules import wsd_decay_steps   # optax: only for this schedule
         decay = wsd_decay_steps(r)
         if r.warmup_steps + decay > r.num_steps:
             raise KjaxError(f"train.schedule='wsd': train.warmup_steps={r.warmup_steps} + "

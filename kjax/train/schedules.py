@@ -17,6 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
+from kjax.config.validate import wsd_decay_steps
 from kjax.errors import KjaxError
 
 
@@ -51,11 +52,6 @@ def cosine(train_cfg) -> optax.Schedule:
                                         max(1, train_cfg.num_steps - warmup),
                                         alpha=setting(train_cfg, "final_lr_fraction", 0.0))
     return optax.join_schedules([_warmup(train_cfg), decay], [warmup])
-
-
-def wsd_decay_steps(train_cfg) -> int:
-    """Steps in wsd's decay: the last decay_fraction share of num_steps."""
-    return int(round(setting(train_cfg, "decay_fraction", 0.1) * train_cfg.num_steps))
 
 
 def _sqrt_decay(peak: float, final: float, steps: int) -> optax.Schedule:
