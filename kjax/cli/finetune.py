@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from kjax.config import leaves
 from kjax.finetune.registry import TASKS
@@ -93,6 +94,8 @@ def handle(args, config) -> int:
     summary = run_experiment(config, config.finetune, args.task, args.train, args.dev, args.test,
                              args.init, args.out, args.seeds, args.sweep, args.format,
                              stop_at=args.stop_at)
+    if summary.get("preempted"):
+        return _preempted(summary)
     print(json.dumps({k: summary[k] for k in ("task", "init", "metric", "examples", "seeds",
                                               "sweep", "learning_rate")}, ensure_ascii=False))
     print(summary["table"])
@@ -109,6 +112,13 @@ def handle(args, config) -> int:
     return 0
 
 
+def _preempted(result: dict) -> int:
+    """One line and 143 (128 + SIGTERM), so a supervisor restarts the same command."""
+    import jax
+    who = f"process {jax.process_index()}: " if jax.process_count() > 1 else ""
+    print(f"kjax: {who}{result['message']}", file=sys.stderr, flush=True)
+    return result["exit_code"]
+
 
 def _progress(args, config) -> int:
     from kjax.finetune.progress import run_progress
@@ -119,6 +129,8 @@ def _progress(args, config) -> int:
     compare = [c for c in args.compare.split(",") if c.strip()]
     result = run_progress(config, config.finetune, args.task, args.train, args.dev, args.test,
                           args.init, args.out, args.seeds, args.sweep, args.format, compare)
+    if result.get("preempted"):
+        return _preempted(result)
     print(f"| pretraining step | bf fine-tune | bf inference | dev {result['metric']} | seeds |")
     print("|---|---|---|---|---|")
     for p in result["points"]:

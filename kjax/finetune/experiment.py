@@ -20,12 +20,13 @@ from kjax.errors import KjaxError
 from kjax.finetune.features import apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
 from kjax.finetune.registry import finetune_task
-from kjax.finetune.run import run_one
+from kjax.finetune.run import preempted_message, run_one
 from kjax.finetune.readers import read_examples, split_examples
 from kjax.finetune.trainer import FineTuner, TaskData, bf_key, write_json
 from kjax.inputs import input_mode
 from kjax.objectives import check_config
 from kjax.parallel.mesh import make_mesh
+from kjax.pretrain.trainer import PREEMPTED_EXIT, StopSignal
 from kjax.tokens.factory import load_tokenizer
 
 def finetune_settings(assignments=(), config=None) -> ConfigDict:
@@ -148,20 +149,33 @@ def run_experiment(config, ft, task: str, train: str, dev: str | None = None,
 
 
 def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress: bool = True,
-            stop_at: int | None = None) -> dict:
-    """Every (fine-tune bf, seed) run of `tuner` under `out`, and their summary."""
+            stop_at: int | None = None, stop: StopSignal | None = None) -> dict:
+    """Every (fine-tune bf, seed) run of `tuner` under `out`, and their summary.
+    SIGTERM ends it at the next step (saved) or between runs: the result is
+    then run_one's `preempted` one, no summary (the rerun writes it)."""
+    if stop is None:
+        with StopSignal() as stop:
+            return run_all(tuner, out, seeds, sweep, progress, stop_at, stop)
     trains, infers = combinations(tuner.ft, sweep)
+    combos = [(bf_train, seed) for bf_train in trains for seed in seeds]
     runs, unfinished = [], []
-    for bf_train in trains:
-        for seed in seeds:
-            parts = ([f"ft{bf_key(bf_train)}"] if sweep else []) + \
-                ([f"seed{seed}"] if len(seeds) > 1 else [])
-            run_dir = paths.join(out, *parts)
-            result = run_one(tuner, seed, bf_train, infers, run_dir, progress, stop_at)
-            if "results" in result:
-                runs.append(result)
-            else:
-                unfinished.append(run_dir)
+    for number, (bf_train, seed) in enumerate(combos, 1):
+        parts = ([f"ft{bf_key(bf_train)}"] if sweep else []) + \
+            ([f"seed{seed}"] if len(seeds) > 1 else [])
+        run_dir = paths.join(out, *parts)
+        result = run_one(tuner, seed, bf_train, infers, run_dir, progress, stop_at, stop)
+        if result.get("preempted"):
+            return result
+        if "results" in result:
+            runs.append(result)
+        else:
+            unfinished.append(run_dir)
+        # One process stops between runs; several would disagree here, so they
+        # agree inside the next run's steps instead (run_one).
+        if stop.received and number < len(combos) and jax.process_count() == 1:
+            step = result.get("steps", result.get("step"))
+            return {"step": step, "preempted": True, "exit_code": PREEMPTED_EXIT,
+                    "message": preempted_message(run_dir, step)}
     data = tuner.data
     summary = summarize(runs, tuner.metric)
     summary.update(task=tuner.task, init=tuner.init or "random", seeds=seeds, sweep=sweep,

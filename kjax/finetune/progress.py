@@ -23,6 +23,7 @@ from kjax.errors import KjaxError
 from kjax.finetune.experiment import make_tuner, run_all
 from kjax.finetune.pretrained import resolve_checkpoint
 from kjax.finetune.trainer import write_json
+from kjax.pretrain.trainer import PREEMPTED_EXIT, StopSignal
 
 
 def checkpoint_steps(init: str) -> tuple[str, list[int]]:
@@ -40,11 +41,25 @@ def run_progress(config, ft, task: str, train: str, dev: str | None, test: str |
     directory, steps = checkpoint_steps(init)
     compared = [_read_curves(path) for path in compare]   # a bad --compare fails first
     tuner = make_tuner(config, ft, task, train, dev, test, None, sweep, fmt, tokenizer)
+    with StopSignal() as stop:   # SIGTERM: the running experiment saves and stops
+        return _run_steps(tuner, task, directory, steps, out, seeds or [ft.seed], sweep,
+                          compared, progress, stop)
+
+
+def _run_steps(tuner, task, directory, steps, out, seeds, sweep, compared, progress,
+               stop) -> dict:
     points = []
-    for step in steps:
+    for number, step in enumerate(steps, 1):
         tuner.init, tuner._pretrained = paths.join(directory, str(step)), None
-        summary = run_all(tuner, paths.join(out, f"step{step}"), seeds or [ft.seed], sweep,
-                          progress)
+        summary = run_all(tuner, paths.join(out, f"step{step}"), seeds, sweep, progress,
+                          stop=stop)
+        if summary.get("preempted"):
+            return summary
+        if stop.received and number < len(steps) and jax.process_count() == 1:
+            return {**summary, "preempted": True, "exit_code": PREEMPTED_EXIT,
+                    "message": f"fine-tuning {paths.join(out, f'step{step}')}: stopped by a "
+                               f"preemption signal after finishing it; run the same command "
+                               f"to resume"}
         for row in summary["rows"]:
             stat = row["dev"].get(tuner.metric, {"mean": None, "std": None, "n": 0})
             points.append({"step": step, "bf_train": row["bf_train"],

@@ -24,13 +24,20 @@ from kjax.progress import Progress
 from kjax.finetune.plots import plot_learning_curve
 from kjax.finetune.trainer import FineTuner, bf_key, write_json
 from kjax.parallel.mesh import on_mesh, put_batch
+from kjax.pretrain.trainer import PREEMPTED_EXIT, PreemptionCheck, StopSignal
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import MetricWriter
 
 
 def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float], out_dir: str,
-            progress: bool = True, stop_at: int | None = None) -> dict:
-    """Trains (or resumes) one run and evaluates it; returns its metrics.json."""
+            progress: bool = True, stop_at: int | None = None,
+            stop: StopSignal | None = None) -> dict:
+    """Trains (or resumes) one run and evaluates it; returns its metrics.json.
+    SIGTERM (`stop`: an experiment's, else one of its own) saves the next
+    step and returns `preempted` with exit_code 143 instead, unevaluated."""
+    if stop is None:
+        with StopSignal() as stop:
+            return run_one(tuner, seed, bf_train, bf_infers, out_dir, progress, stop_at, stop)
     ft = tuner.ft
     primary = jax.process_index() == 0
     # Outputs other than checkpoints are written to `logs`: out_dir itself, or a
@@ -68,7 +75,8 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
         train_step = tuner.train_step(bf_train)
         bar = Progress(f"finetune {paths.name(out_dir)}", total=tuner.total_steps,
                        initial=start, unit="step", enabled=progress and primary)
-        began, step = time.perf_counter(), start
+        began, step, signalled = time.perf_counter(), start, False
+        preempted = PreemptionCheck(tuner.mesh, stop)   # several processes: one shared answer
         done = progress_state["stopped"] or start >= tuner.total_steps
         for step in range(start + 1, tuner.total_steps + 1 if not done else start + 1):
             batch = put_batch(tuner.train_batch(seed, step, bf_train), tuner.mesh)
@@ -89,16 +97,24 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                 progress_state["bad_evals"] = 0 if improved else progress_state["bad_evals"] + 1
                 if ft.patience and progress_state["bad_evals"] >= ft.patience:
                     progress_state["stopped"] = True
-            stop = progress_state["stopped"] or step == stop_at
+            # After this step's evaluation: its early-stopping state and best params are saved.
+            signalled = preempted(metrics["loss"]) or ckpt.reached_preemption(step)
+            halt = progress_state["stopped"] or step == stop_at or signalled
             # Evaluations replay exactly on resume, so a checkpoint need not follow each one.
-            if stop or ckpt.should_save(step) or step == tuner.total_steps:
+            if halt or ckpt.should_save(step) or step == tuner.total_steps:
                 writer.flush()   # the steps this checkpoint covers are logged for good
                 ckpt.save(step, state, progress_state, force=True)
-            if stop:
+            if halt:
                 break
         bar.close()
-        ckpt.close()
+        ckpt.close()   # waits for the async write: a preempted run's last save is complete
         train_seconds = time.perf_counter() - began
+        if signalled:
+            writer.close()
+            if primary:
+                push_logs(out_dir, into="")
+            return {"step": step, "preempted": True, "exit_code": PREEMPTED_EXIT,
+                    "message": preempted_message(out_dir, step)}
         if step == stop_at and not progress_state["stopped"] and step < tuner.total_steps:
             writer.close()
             if primary:
@@ -114,6 +130,11 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
         result["learning_curve"] = plot_learning_curve(logs, tuner.metric)
         push_logs(out_dir, into="")
     return result
+
+
+def preempted_message(out_dir: str, step: int) -> str:
+    return (f"fine-tuning {out_dir}: stopped by a preemption signal after saving step {step}; "
+            f"run the same command to resume")
 
 
 def run_settings(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]) -> dict:
