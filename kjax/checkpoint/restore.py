@@ -5,6 +5,8 @@ moved (recovery.py). `restore_params` builds the abstract target from the
 config (kjax.train, one layer down, knows the model)."""
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 
@@ -15,6 +17,27 @@ from kjax.errors import KjaxError
 from kjax.config.recorded import flush_notes
 from kjax.parallel.mesh import make_mesh
 from kjax.train.state import abstract_state, make_model, make_optimizer
+
+
+def locate_checkpoint(path: str, flag: str, hint: str) -> tuple[str, int | None]:
+    """(checkpoints directory, step or None for the newest that verifies) for a
+    path naming another run: its workdir, its checkpoints/ or checkpoints/STEP."""
+    if not paths.exists(path):
+        raise KjaxError(f"{flag} {path}: no such file or directory; {hint}")
+    path = path.rstrip("/") if paths.is_remote(path) else os.path.normpath(path)
+    base = paths.name(path)
+    if base.isdigit():
+        directory, step = paths.parent(path), int(base)
+    else:
+        directory = paths.join(path, "checkpoints") if paths.isdir(
+            paths.join(path, "checkpoints")) else path
+        step = None
+    steps = sorted(int(d) for d in paths.listdir(directory) if d.isdigit())
+    if not steps:
+        raise KjaxError(f"{flag} {path}: no checkpoint steps in {directory}; {hint}")
+    if step is not None and step not in steps:
+        raise KjaxError(f"{flag} {path}: no step {step} in {directory} (steps: {steps}); {hint}")
+    return directory, step
 
 
 def open_read_only(directory: str, hint: str) -> Checkpointer:

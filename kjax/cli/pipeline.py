@@ -48,6 +48,11 @@ def register(verbs, add_config) -> None:
     tr.add_argument("--stop-at", type=int, default=None, metavar="STEP",
                     help="checkpoint and stop at this step (the schedule stays that of "
                     "train.num_steps); run again to continue")
+    tr.add_argument("--init-from", default=None, metavar="RUN",
+                    help="a new phase: start from another run's parameters (its workdir, "
+                    "checkpoints/ or checkpoints/STEP; a `kjax import` folder too), with this "
+                    "config's data, schedule and warmup (sets init.from_run); ignored once "
+                    "--workdir has checkpoints of its own")
     tr.set_defaults(handler=run_train, distributed=True)
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
@@ -110,6 +115,8 @@ def run_prepare_beam(args, config) -> int:
 
 def run_train(args, config) -> int:
     from kjax.pretrain.trainer import train
+    if args.init_from:
+        config.init.from_run = args.init_from
     result = train(config, args.workdir, stop_at=args.stop_at)
     print_json(result)
     return result.get("exit_code", 0)  # 143: stopped by SIGTERM after a clean save

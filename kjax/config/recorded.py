@@ -107,24 +107,6 @@ def record_config(config: ConfigDict, workdir: str) -> str:
     return path
 
 
-# Keys a resume must keep: the checkpoint's optimizer state belongs to the
-# optimizer, and another schedule would bend the rest of the run's curve.
-KEPT_ON_RESUME = ("optimizer", "schedule")
-
-
-def refuse_recipe_change(config: ConfigDict, recorded: ConfigDict | None, path: str) -> None:
-    """One line if `config` trains with another train.optimizer or
-    train.schedule than the run recorded in `path` (None: a new run)."""
-    if recorded is None:
-        return
-    for key in KEPT_ON_RESUME:
-        old, new = recorded.train[key], config.train[key]
-        if old != new:
-            raise KjaxError(f"train.{key}={new!r}, but {paths.parent(path)} was trained with "
-                            f"train.{key}={old!r} ({path}); start a new workdir, or set "
-                            f"--config.train.{key}={old} to resume it")
-
-
 def workdir_of(path: str) -> str:
     """The run folder of a workdir, WORKDIR/checkpoints or WORKDIR/checkpoints/STEP."""
     path = path.rstrip("/") or path

@@ -3,94 +3,18 @@ pretraining, fine-tuning, analysis), with its default, type, allowed values
 and a one-line meaning. `defaults()` is built from it; `validate.py` checks
 types and ranges from it; `kjax config show` prints it.
 
-The type of a key is the type of its default (an int is accepted where a float
-is expected). `choices` lists the allowed values; `min`/`max` bound numbers
-(`open_min`/`open_max` exclude the bound); `special` values are allowed
-outside the range (mesh axes: -1 fills). Keys whose allowed values belong to a
+What a key is, and the shorthands below, are in kjax/config/schema_keys.py.
+Keys whose allowed values belong to a
 registry (model.input_mode: kjax/inputs; train.mlm_loss: kjax/objectives) are
 checked by that registry, so adding an input mode never touches this file.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-
-@dataclasses.dataclass(frozen=True)
-class Key:
-    default: Any
-    meaning: str
-    choices: tuple = ()
-    min: float | None = None
-    max: float | None = None
-    open_min: bool = False
-    open_max: bool = False
-    special: tuple = ()
-
-    @property
-    def kind(self) -> type:
-        return type(self.default)
-
-    def allowed(self) -> str:
-        """The allowed values in words, e.g. "float in (0, 1)" or "int >= 1"."""
-        name = {dict: "dict", tuple: "tuple"}.get(self.kind, self.kind.__name__)
-        if self.choices:
-            return f"{name}: one of {', '.join(map(str, self.choices))}"
-        low = "" if self.min is None else ("(" if self.open_min else "[") + f"{self.min:g}"
-        high = "" if self.max is None else f"{self.max:g}" + (")" if self.open_max else "]")
-        if low and high:
-            text = f"{name} in {low}, {high}"
-        elif low:
-            text = f"{name} {'>' if self.open_min else '>='} {self.min:g}"
-        elif high:
-            text = f"{name} {'<' if self.open_max else '<='} {self.max:g}"
-        else:
-            text = name
-        return text + "".join(f" or {v}" for v in self.special)
-
-    def fits(self, value) -> bool:
-        """`value` has this key's type (an int fits a float, a list a tuple)."""
-        kind = self.kind
-        if kind is bool:
-            return isinstance(value, bool)
-        if kind is int:
-            return isinstance(value, int) and not isinstance(value, bool)
-        if kind is float:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-        if kind is tuple:
-            return isinstance(value, (tuple, list))
-        if kind is dict:
-            return hasattr(value, "items")
-        return isinstance(value, kind)
-
-    def accepts(self, value) -> bool:
-        """`value` (of the right type) is among the allowed values."""
-        if value in self.special:
-            return True
-        if self.choices:
-            return value in self.choices
-        if self.min is not None and (value <= self.min if self.open_min else value < self.min):
-            return False
-        return not (self.max is not None and
-                    (value >= self.max if self.open_max else value > self.max))
-
-
-def positive(default, meaning):
-    return Key(default, meaning, min=0, open_min=True)
-
-
-def at_least(low, default, meaning, **kw):
-    return Key(default, meaning, min=low, **kw)
-
-
-def share(default, meaning, closed_max=False):
-    """A probability-like float in [0, 1) (or [0, 1])."""
-    return Key(default, meaning, min=0.0, max=1.0, open_max=not closed_max)
-
+from kjax.config.schema_keys import Key, at_least, positive, share  # noqa: F401 (Key: kjax.config)
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
-ARCHS = ("bert", "modern")
+ARCHS = ("bert", "modern", "electra")
 OPTIMIZERS = ("adamw", "lamb", "adafactor", "stable_adamw")   # kjax/train/optimizers.py
 SCHEDULES = ("linear", "cosine", "wsd", "constant")           # kjax/train/schedules.py
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
@@ -115,14 +39,16 @@ LOGICAL_RULES = (
 MODEL = {
     "arch": Key("bert", "the encoder recipe: bert (post-LN, GELU, learned positions, token "
                 "types, biases, NSP head; kjax/model/encoder.py) or modern (ModernBERT: pre-LN, "
-                "RoPE, GeGLU, no biases, local/global attention, MLM only; kjax/model/modern.py)",
+                "RoPE, GeGLU, no biases, local/global attention, MLM only; kjax/model/modern.py) "
+                "or electra (a BERT-recipe discriminator trained by replaced-token detection "
+                "against a small generator that shares its embeddings; kjax/model/electra.py)",
                 choices=ARCHS),
     "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
     "hidden_size": at_least(1, 768, "width of every layer (H)"),
     "embedding_size": at_least(0, 0, "width of the token/position/type embeddings (E), projected "
                                "to hidden_size after their LayerNorm (ELECTRA's "
                                "embeddings_project; KoELECTRA-small: 128 vs 256); 0: hidden_size. "
-                               "arch bert only"),
+                               "arch bert or electra"),
     "num_layers": at_least(1, 12, "transformer layers"),
     "num_heads": at_least(1, 12, "attention heads per layer (hidden_size must divide by it)"),
     "intermediate_size": at_least(1, 3072, "FFN width"),
@@ -174,6 +100,13 @@ MODEL = {
                                 "within local_attention // 2 positions; 0: every layer global)"),
     "global_attn_every_n_layers": at_least(1, 3, "modern: layer i attends globally when "
                                            "i % n == 0, the others locally (1: all global)"),
+    "generator_hidden_size": at_least(0, 0, "electra: the generator's width (0: hidden_size "
+                                      "/ 4, ELECTRA-Small's ¼; the paper: ¼–⅓)"),
+    "generator_num_layers": at_least(0, 0, "electra: the generator's layers (0: num_layers)"),
+    "generator_num_heads": at_least(0, 0, "electra: the generator's heads (0: one per 64 of "
+                                    "its width, at least 1)"),
+    "generator_intermediate_size": at_least(0, 0, "electra: the generator's FFN width (0: 4 × "
+                                            "its width)"),
     "shake_factor": Key(0.0, "bf of Eq. 1 in every layer during pretraining (0: plain "
                         "attention, bit-identical)"),
     "shake_factor_per_layer": Key((), "one bf per layer instead of shake_factor (() = unused)"),
@@ -282,6 +215,8 @@ TRAIN = {
     "eps": at_least(0, 1e-6, "Adam epsilon"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
     "nsp_weight": at_least(0, 1.0, "weight of the NSP loss (0: MLM only)"),
+    "rtd_weight": positive(50.0, "electra: λ, the weight of the replaced-token-detection "
+                           "loss beside the generator's MLM loss (ELECTRA: 50)"),
     "mlm_loss": Key("ce", "MLM loss: ce (one target per position) or eq9 | bce | summed_ce "
                     "(several; kjax/objectives/mlm.py)"),
     "seed": at_least(0, 0, "seed of parameters and dropout"),
@@ -376,10 +311,25 @@ RETIRED = {
                                        "data.docs_per_chunk documents)"),
 }
 
+# Where a new run's parameters come from (docs/PRETRAINING.md, "Runs in phases").
+INIT = {
+    "from_run": Key("", "start from another run's parameters: its workdir, checkpoints/ or "
+                    "checkpoints/STEP (kjax train --init-from); '': a fresh init"),
+    "optimizer": Key("fresh", "with from_run: fresh (a new optimizer state) or keep (the "
+                     "parent's, same optimizer and shapes); the schedule is the new run's, "
+                     "from step 0, either way", choices=("fresh", "keep")),
+    "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
+                         "(freshly initialised) or copy (the parent's rows repeated, as "
+                         "KoBigBird grew BERT's)", choices=("init", "copy")),
+}
+
 SCHEMA = {
     "name": Key("kjax", "the run's name (model card, logs)"),
     "model": MODEL, "shake": SHAKE, "knowledge": KNOWLEDGE, "tokenizer": TOKENIZER,
-    "data": DATA, "train": TRAIN, "mesh": MESH, "finetune": FINETUNE,
+    "data": DATA, "train": TRAIN, "mesh": MESH, "init": INIT, "finetune": FINETUNE,
+    "phases": Key((), "phases of one run, in order: ({'name': 'seq128', 'overrides': "
+                  "{'train.num_steps': 900000}}, ...); kjax train runs each in "
+                  "WORKDIR/phases/NAME from the last checkpoint of the one before"),
 }
 
 

@@ -9,13 +9,10 @@ from its params; the pretraining-only heads (MLM transform, NSP) are dropped.
 """
 from __future__ import annotations
 
-import os
-
 import jax
 
-from kjax import paths
 from kjax.checkpoint.manager import ConfigMismatch
-from kjax.checkpoint.restore import restore_read_only
+from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
 from kjax.errors import KjaxError
 from kjax.train.state import abstract_state, make_model, make_optimizer
 
@@ -24,24 +21,8 @@ NO_INIT = ("", "none", "random")
 
 def resolve_checkpoint(path: str) -> tuple[str, int | None]:
     """(checkpoints directory, step or None for the newest that verifies) for an --init path."""
-    hint = ("pass the pretraining --workdir, its checkpoints/ directory or checkpoints/STEP "
-            "(or --init none for random weights)")
-    if not paths.exists(path):
-        raise KjaxError(f"--init {path}: no such file or directory; {hint}")
-    path = path.rstrip("/") if paths.is_remote(path) else os.path.normpath(path)
-    base = paths.name(path)
-    if base.isdigit():
-        directory, step = paths.parent(path), int(base)
-    else:
-        directory = paths.join(path, "checkpoints") if paths.isdir(
-            paths.join(path, "checkpoints")) else path
-        step = None
-    steps = sorted(int(d) for d in paths.listdir(directory) if d.isdigit())
-    if not steps:
-        raise KjaxError(f"--init {path}: no checkpoint steps in {directory}; {hint}")
-    if step is not None and step not in steps:
-        raise KjaxError(f"--init {path}: no step {step} in {directory} (steps: {steps}); {hint}")
-    return directory, step
+    return locate_checkpoint(path, "--init", "pass the pretraining --workdir, its checkpoints/ "
+                             "directory or checkpoints/STEP (or --init none for random weights)")
 
 
 def restore_pretrained_params(config, mesh, path: str, template) -> dict:

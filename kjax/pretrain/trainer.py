@@ -36,8 +36,9 @@ from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch
 from kjax import paths
 from kjax.config import platform_defaults
 from kjax.config.load import load_config
-from kjax.config.recorded import (flush_notes, note, record_config, recorded_config_path,
-                                  refuse_recipe_change)
+from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
+from kjax.pretrain import phases
+from kjax.pretrain.resume_policy import check_resume
 from kjax.model import flash_tuning
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
@@ -110,7 +111,7 @@ class Session:
     """Mesh, model, optimizer, checkpoints and compiled steps for one workdir."""
 
     def __init__(self, config, workdir: str, read_only: bool = False):
-        self.config, self.workdir = config, workdir
+        self.config, self.workdir, self.lineage = config, workdir, None
         self.mesh = make_mesh(config)
         check_data(config)
         self.tx = make_optimizer(config.train)
@@ -127,6 +128,10 @@ class Session:
         with goodput.timed("checkpoint"):
             found = restore_newest(self.checkpoints, target, move_damaged=True)
         if found is None:
+            if self.config.init.from_run:   # a new phase: another run's parameters
+                state, self.lineage = phases.init_from_parent(
+                    self.config, self.mesh, self.train_model, self.tx, shardings)
+                return state, shardings, None
             state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx,
                                           shardings)
             return state, shardings, None
@@ -147,6 +152,8 @@ def train(config, workdir: str, progress: bool = True, stop_at: int | None = Non
     """Trains to train.num_steps (or stops early at `stop_at`, checkpointing
     there, with the schedule of the full run: how a time-limited job ends).
     SIGTERM stops it the same way at the next step (`preempted` in the result)."""
+    if config.phases:   # one run in the listed phases, each a run of its own
+        return phases.run_phases(config, workdir, train, progress=progress, stop_at=stop_at)
     with StopSignal() as stop:
         return _train(config, workdir, progress, stop_at, stop)
 
@@ -154,8 +161,9 @@ def train(config, workdir: str, progress: bool = True, stop_at: int | None = Non
 def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
     # Read-only, full or a file: one line before compiling.
-    storage.check_writable(workdir, storage.listed_last_step(os.path.join(workdir, "checkpoints")))
-    resolve_platform_defaults(config, workdir)
+    last = storage.listed_last_step(os.path.join(workdir, "checkpoints"))
+    storage.check_writable(workdir, last)
+    resolve_platform_defaults(config, workdir, last)
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
@@ -182,7 +190,7 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
         raise error from None
 
 
-def resolve_platform_defaults(config, workdir: str) -> None:
+def resolve_platform_defaults(config, workdir: str, last_step: int | None = None) -> None:
     """Auto keys (kjax/config/platform_defaults.py) take the values this run
     recorded before, else this platform's; record_config writes them down.
     A note only where a recorded value overrides this platform's."""
@@ -193,7 +201,8 @@ def resolve_platform_defaults(config, workdir: str) -> None:
             recorded = load_config(path)
         except KjaxError:
             recorded = None    # unreadable: record_config replaces it, saying so
-    refuse_recipe_change(config, recorded, path)   # its optimizer state, its LR curve
+    for passing in check_resume(config, recorded, workdir, last_step):   # or one line
+        note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
     platform_defaults.resolve(config, recorded=recorded)
     # the flash tiles this run ran with (timed on its first GPU): a resume keeps them
     flash_tuning.forget()
@@ -273,6 +282,8 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             if primary and step == start + 1:   # the first step ran: the config works
                 c.model.attention_tiles.update(flash_tuning.chosen())   # tiles it compiled with
                 record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
+                if s.lineage:                   # a phase: where its parameters came from
+                    phases.write_lineage(workdir, s.lineage)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
                 with goodput.timed("eval"):
                     done(wait=True)

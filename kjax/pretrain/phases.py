@@ -1,0 +1,211 @@
+"""Runs in phases (docs/PRETRAINING.md, "Runs in phases"): BERT's 128 → 512,
+ModernBERT's context extension, continued pretraining of a kjax or an
+imported transformers model.
+
+A phase is a run of its own, in its own workdir, that starts from another
+run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]`):
+
+- it takes the parent's parameters; a leaf whose shape differs is named in
+  one line, except a position table that grows, whose new rows are freshly
+  initialised or the parent's repeated (`init.new_positions`);
+- its optimizer state is fresh or the parent's (`init.optimizer`), its
+  schedule its own from step 0 (its own warmup), its data iterator new;
+- WORKDIR/lineage.json names the parent run, its step, the fingerprint of
+  its checkpoint, its config, and the parent's own lineage.
+
+A config may list its phases (`phases`): one `kjax train` runs them in order
+in WORKDIR/phases/NAME, each from the last checkpoint of the one before, and
+the same command again continues the phase it was in.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import flax
+import jax
+import jax.numpy as jnp
+
+from kjax import paths
+from kjax.checkpoint import fingerprint
+from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
+from kjax.config.load import load_config
+from kjax.config.recorded import recorded_config_path, workdir_of
+from kjax.errors import KjaxError
+from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
+
+LINEAGE = "lineage.json"
+POSITION_TABLE = ("embeddings", "position_embeddings", "embedding")
+HINT = "pass the parent run's workdir, its checkpoints/ or checkpoints/STEP"
+
+
+def read_lineage(workdir: str) -> dict | None:
+    path = paths.join(workdir, LINEAGE)
+    return json.loads(paths.read_text(path)) if paths.isfile(path) else None
+
+
+def write_lineage(workdir: str, lineage: dict) -> None:
+    paths.write_text(paths.join(workdir, LINEAGE), json.dumps(lineage, indent=2) + "\n")
+
+
+def describe(lineage: dict | None) -> str:
+    """One line for reports: "from RUN at step N (imported from SRC)", or ""."""
+    if not lineage:
+        return ""
+    text = f"from {lineage['parent']} at step {lineage['parent_step']}"
+    if lineage.get("parent_origin", "").startswith("Written by `kjax import"):
+        text += f" ({lineage['parent_origin']})"
+    return text
+
+
+def parent_config(config, parent: str):
+    """The parent run's recorded config, on this run's mesh."""
+    recorded = recorded_config_path(parent)
+    if not paths.isfile(recorded):
+        raise KjaxError(f"--init-from {parent}: it has no kjax_config.py, so its model is "
+                        f"unknown; {HINT} of a `kjax train` or `kjax import` run")
+    c = load_config(recorded)
+    c.mesh = config.mesh
+    return c, recorded
+
+
+def init_from_parent(config, mesh, model, tx, shardings) -> tuple[dict, dict]:
+    """(this run's first state, its lineage) from the run `init.from_run` names."""
+    directory, step = locate_checkpoint(config.init.from_run, "--init-from", HINT)
+    parent = workdir_of(directory)
+    pconfig, recorded = parent_config(config, parent)
+    ptx = make_optimizer(pconfig.train)
+    target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False), ptx)
+    pstate, _, step = restore_read_only(directory, target, step, what="--init-from STEP")
+    state, _ = init_state(config, mesh, model, tx, shardings)
+    params, notes = graft(state["params"], pstate["params"], config, shardings["params"])
+    if config.init.optimizer == "keep":
+        state["opt_state"] = kept_optimizer(state, pstate, pconfig, config, parent)
+    sums = fingerprint.restored_sums(pstate)
+    lineage = {
+        "parent": parent, "parent_checkpoint": paths.join(directory, str(step)),
+        "parent_step": int(step),
+        "parent_fingerprint": hashlib.sha256(json.dumps(sums, sort_keys=True).encode())
+        .hexdigest()[:16],
+        "parent_config": recorded,
+        "parent_origin": paths.read_text(recorded).lstrip('"').split("\n", 1)[0],
+        "init": {"optimizer": config.init.optimizer,
+                 "new_positions": config.init.new_positions},
+        "notes": notes, "parent_lineage": read_lineage(parent)}
+    return {**state, "params": params}, lineage
+
+
+def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, list[str]]:
+    """The parent's parameters in this run's tree: same shapes taken as they
+    are, a longer position table extended, every other difference refused."""
+    flat_fresh, flat_parent = (flax.traverse_util.flatten_dict(t) for t in (fresh, parent))
+    notes, plan = [], {}
+    for key, leaf in flat_fresh.items():
+        name = "/".join(key)
+        if key not in flat_parent:
+            notes.append(f"{name}: not in the parent, initialised")
+            plan[key] = "fresh"
+        elif flat_parent[key].shape == leaf.shape:
+            plan[key] = "parent"
+        elif key == POSITION_TABLE and flat_parent[key].shape[1:] == leaf.shape[1:] \
+                and flat_parent[key].shape[0] < leaf.shape[0]:
+            plan[key] = config.init.new_positions
+            notes.append(f"{name}: {flat_parent[key].shape[0]} → {leaf.shape[0]} rows, the new "
+                         f"ones {'copied' if plan[key] == 'copy' else 'initialised'}")
+        else:
+            raise KjaxError(f"--init-from {config.init.from_run}: {name} has shape "
+                            f"{tuple(flat_parent[key].shape)} there and {tuple(leaf.shape)} "
+                            f"here; a phase may change data, sequence length and recipe, not "
+                            f"the model's sizes (only the position table may grow)")
+    notes += [f"{'/'.join(k)}: the parent's, not in this model, left out"
+              for k in flat_parent if k not in flat_fresh]
+
+    def combine(fresh_leaves, parent_leaves):
+        out = {}
+        for key, how in plan.items():
+            new, old = fresh_leaves[key], parent_leaves.get(key)
+            if how == "parent":
+                out[key] = old.astype(new.dtype)
+            elif how == "fresh":
+                out[key] = new
+            else:   # a longer position table: the parent's rows, then the new ones
+                rows = old.shape[0]
+                extra = new[rows:] if how == "init" else jnp.take(
+                    old, jnp.arange(rows, new.shape[0]) % rows, axis=0)
+                out[key] = jnp.concatenate([old.astype(new.dtype), extra.astype(new.dtype)])
+        return out
+    used = {k: v for k, v in flat_parent.items() if plan.get(k, "fresh") != "fresh"}
+    shardings = flax.traverse_util.flatten_dict(param_shardings)
+    out = jax.jit(combine, out_shardings={k: shardings[k] for k in plan})(flat_fresh, used)
+    return flax.traverse_util.unflatten_dict(out), notes
+
+
+def kept_optimizer(state, pstate, pconfig, config, parent: str):
+    """The parent's optimizer state (init.optimizer=keep): same optimizer, same shapes."""
+    if pconfig.train.optimizer != config.train.optimizer:
+        raise KjaxError(f"init.optimizer=keep: {parent} trained with train.optimizer="
+                        f"{pconfig.train.optimizer!r}, this run with "
+                        f"{config.train.optimizer!r}; set --config.init.optimizer=fresh")
+    same = jax.tree.structure(state["opt_state"]) == jax.tree.structure(pstate["opt_state"]) \
+        and all(a.shape == b.shape for a, b in zip(jax.tree.leaves(state["opt_state"]),
+                                                   jax.tree.leaves(pstate["opt_state"])))
+    if not same:
+        raise KjaxError(f"init.optimizer=keep: the optimizer state of {parent} does not fit "
+                        f"this model (a grown position table, another optimizer setting); "
+                        f"set --config.init.optimizer=fresh")
+    return pstate["opt_state"]
+
+
+def phase_configs(config) -> list[tuple[str, object]]:
+    """(name, config) of every phase `phases` lists, each checked as a run of
+    its own before anything compiles."""
+    from kjax.objectives import check_config
+    out, example = [], "{'name': 'seq128', 'overrides': {'data.max_seq_len': 128}}"
+    for i, phase in enumerate(config.phases):
+        name = phase.get("name") if hasattr(phase, "get") else None
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
+            raise KjaxError(f"phases[{i}]={phase!r}: give each phase as {example} (a name of "
+                            f"letters, digits, - and _)")
+        if name in dict(out):
+            raise KjaxError(f"phases: two phases are named {name!r}; name each once")
+        c = config.copy_and_resolve_references()
+        c.phases = ()
+        for dotted, value in dict(phase.get("overrides", {})).items():
+            *sections, leaf = str(dotted).split(".")
+            node = c
+            for section in sections:
+                node = node.get(section) if hasattr(node, "get") else None
+            if node is None or not hasattr(node, "get") or leaf not in node or \
+                    hasattr(node[leaf], "items"):
+                raise KjaxError(f"phases[{i}] ({name}): {dotted!r} is not a config key; "
+                                f"`kjax config show` lists them")
+            try:
+                node[leaf] = value
+            except (TypeError, ValueError) as e:
+                raise KjaxError(f"phases[{i}] ({name}): {dotted}={value!r}: {e}") from None
+        check_config(c)
+        out.append((name, c))
+    return out
+
+
+def run_phases(config, workdir: str, train, **kwargs) -> dict:
+    """Trains each listed phase in WORKDIR/phases/NAME, in order, each from the
+    last checkpoint of the one before (the first from `init.from_run`, if any);
+    a finished phase returns at once, so the same command continues the phase
+    it was in. Stops, and returns, where a phase stops before its end."""
+    from kjax.config.recorded import record_config
+    configs = phase_configs(config)
+    if jax.process_index() == 0:
+        record_config(config, workdir)   # `kjax train --workdir W` resumes with it
+    previous, done = config.init.from_run, []
+    for name, c in configs:
+        c.init.from_run = previous
+        sub = paths.join(workdir, "phases", name)
+        result = train(c, sub, **kwargs)
+        done.append(name)
+        if result.get("preempted") or result.get("final_step", result.get("step")) \
+                < c.train.num_steps:
+            break
+        previous = sub
+    return {**result, "phase": done[-1], "phases": [n for n, _ in configs],
+            "phase_workdir": sub}

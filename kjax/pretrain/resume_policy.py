@@ -1,0 +1,76 @@
+"""What a resume may change: a run continued in its own workdir takes the
+config it recorded (WORKDIR/kjax_config.py). A change that alters what the
+run computes — shapes, data, model, objectives, optimizer, schedule — is
+refused in one line that names the keys and says how to start a new phase
+instead (`kjax train --workdir NEW --init-from WORKDIR`, docs/PRETRAINING.md,
+"Runs in phases"); a change that leaves the run's numbers as they are passes
+with a note. `train.num_steps` may change only where the learning rate of the
+step the run has reached stays what it was (a constant schedule, wsd while
+stable, any schedule during its warmup): the curve goes on without a jump.
+"""
+from __future__ import annotations
+
+from kjax import paths
+from kjax.config.recorded import config_differences
+from kjax.errors import KjaxError
+
+# Sections of the tree that decide what a pretraining run computes.
+COMPUTING = ("model.", "data.", "train.", "knowledge.", "shake.", "init.", "phases")
+
+# Keys of those sections that change no number of the run: cadence, logging,
+# host-side loading, the layout over devices (a resume onto another device
+# count or microbatch split logs the same losses), the attention path (the
+# same bits and maths on every path) and recomputation.
+SAME_NUMBERS = (
+    "train.log_every", "train.eval_every", "train.eval_batches", "train.checkpoint_every",
+    "train.keep_checkpoints", "train.peak_flops", "train.prefetch", "train.loader_workers",
+    "train.profile_steps", "train.microbatches", "model.attention_impl",
+    "model.attention_tiles", "model.remat_policy", "model.scan_unroll", "init.from_run",
+    "init.optimizer", "init.new_positions",
+)
+
+
+def _key(diff: str) -> str:
+    return diff.split(":", 1)[0]
+
+
+def _computes(key: str) -> bool:
+    return key.startswith(COMPUTING) and key not in SAME_NUMBERS and key != "train.num_steps"
+
+
+def check_resume(config, recorded, workdir: str, step: int | None) -> list[str]:
+    """Refuses (KjaxError) a resume of `workdir` at `step` whose config alters
+    what the recorded run computes; returns the differences that pass."""
+    if recorded is None or step is None:
+        return []
+    diffs = config_differences(recorded, config)
+    refused = [d for d in diffs if _computes(_key(d))]
+    if refused:
+        shown = "; ".join(refused[:4]) + (f"; and {len(refused) - 4} more"
+                                            if len(refused) > 4 else "")
+        raise KjaxError(
+            f"{workdir} was trained to step {step} with another config ({shown}): resuming it "
+            f"would continue that run with other data, shapes or recipe; run `kjax train "
+            f"--workdir {workdir}` with its recorded config ({paths.join(workdir, 'kjax_config.py')}), "
+            f"or start a new phase from it: `kjax train --config ... --workdir NEW_WORKDIR "
+            f"--init-from {workdir}`")
+    if recorded.train.num_steps != config.train.num_steps:
+        _check_new_length(config, recorded, workdir, step)
+    return [d for d in diffs if not _computes(_key(d))]
+
+
+def _check_new_length(config, recorded, workdir: str, step: int) -> None:
+    from kjax.train.schedules import learning_rate_schedule
+    old = float(learning_rate_schedule(recorded.train)(step))
+    new = float(learning_rate_schedule(config.train)(step))
+    if step > config.train.num_steps:
+        raise KjaxError(f"train.num_steps={config.train.num_steps}, but {workdir} has trained "
+                        f"to step {step} already; give a num_steps of at least {step}")
+    if abs(new - old) > 1e-6 * max(abs(old), 1e-12):
+        raise KjaxError(
+            f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} would move "
+            f"the learning rate of {workdir} at step {step} from {old:.3g} to {new:.3g} (its "
+            f"{config.train.schedule} schedule is laid over num_steps); to train longer, start "
+            f"a new phase from it (`kjax train --config ... --workdir NEW_WORKDIR --init-from "
+            f"{workdir}`, its own warmup), or plan the run with train.schedule=constant or wsd, "
+            f"whose length may change while the learning rate is stable")
