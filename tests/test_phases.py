@@ -185,3 +185,13 @@ def test_continued_pretraining_of_an_imported_model(prepared, trained_run, tmp_p
     assert lineage["parent_origin"].startswith("Written by `kjax import --hf")
     rows = train_rows(workdir)
     assert rows[1]["loss"] < 7.0   # the imported (trained) weights, not a fresh init's ~7.1
+    from kjax.pretrain.trainer import evaluate
+    assert evaluate(tiny_config(prepared), workdir)["started"] == (
+        f"from {imported} at step 0 (Written by `kjax import --hf {hf}`)")
+    card_dir = str(tmp_path / "card")
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", workdir,
+                 "--out", card_dir]) == 0
+    card = open(os.path.join(card_dir, "README.md"), encoding="utf-8").read()
+    assert f"- started from {imported} at step 0 (Written by `kjax import --hf {hf}`)" in card
+    # the imported run itself came from the exported run: its card line has no parent
+    assert card.count("- started from") == 1

@@ -9,6 +9,7 @@ import os
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
 from kjax.objectives import objectives_title, reported_metrics, trained_head_params
+from kjax.pretrain.phases import describe, read_lineage
 
 EXAMPLE = "대한민국의 수도는 서울이다."
 MASKED = "대한민국의 수도는 [MASK]이다."
@@ -24,6 +25,16 @@ def _last_metrics(workdir: str) -> dict[str, dict]:
     except (OSError, ValueError):
         pass  # a card without metrics beats no export
     return last
+
+
+def lineage_lines(workdir: str) -> list[str]:
+    """Where the run's parameters came from, parent by parent (kjax/pretrain/phases.py)."""
+    lines, lineage = [], read_lineage(workdir)
+    while lineage:
+        lines.append(f"- started {describe(lineage)} (checkpoint fingerprint "
+                     f"{lineage['parent_fingerprint']})")
+        lineage = lineage.get("parent_lineage")
+    return lines
 
 
 def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool,
@@ -130,8 +141,11 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, architecture
              f"- objectives: {trained}",
              f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
              f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
-             f"- batch {t.batch_size}, learning rate {t.learning_rate}, warmup "
+             f"- batch {t.batch_size}" + (f" ({t.microbatches} microbatches a step)"
+                                          if t.microbatches > 1 else "")
+             + f", {t.optimizer}, learning rate {t.learning_rate} ({t.schedule}), warmup "
              f"{t.warmup_steps}, weight decay {t.weight_decay}",
+             *lineage_lines(workdir),
              f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
     metrics = _last_metrics(workdir)
     if metrics:

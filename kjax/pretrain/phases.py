@@ -53,8 +53,9 @@ def describe(lineage: dict | None) -> str:
     if not lineage:
         return ""
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
-    if lineage.get("parent_origin", "").startswith("Written by `kjax import"):
-        text += f" ({lineage['parent_origin']})"
+    origin = lineage.get("parent_origin", "")
+    if origin.startswith("Written by `kjax import"):
+        text += f" ({origin.removesuffix(': the imported model' + chr(39) + 's settings')})"
     return text
 
 

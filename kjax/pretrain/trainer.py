@@ -341,6 +341,8 @@ def evaluate(config, workdir: str, step: int | None = None) -> dict:
             state, _, step = found
         eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
         result = {"step": step, **s.evaluate(eval_step, state["params"])}
+        if lineage := phases.describe(phases.read_lineage(workdir)):
+            result["started"] = lineage   # a phase: the run its parameters came from
     finally:
         s.checkpoints.abandon()
     return {k: (float(v) if isinstance(v, np.floating) else v) for k, v in result.items()}
