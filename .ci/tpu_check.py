@@ -55,7 +55,11 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
     from kjax.compile_checks import record as cr
     from kjax.pretrain import aot, fit
     config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
-                         [f"--config.{o}" for o in overrides])
+                         [f"--config.{o}" for o in overrides if not o.startswith("phase=")])
+    for o in overrides:   # "phase=NAME": that phase of a preset that lists its phases
+        if o.startswith("phase="):
+            from kjax.pretrain.phases import phase_config
+            config = phase_config(config, o.split("=", 1)[1])
     check_config(config)
     devices, where, hbm, _, _ = aot.target_devices(topology)
     start = time.perf_counter()

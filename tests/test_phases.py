@@ -195,3 +195,23 @@ def test_continued_pretraining_of_an_imported_model(prepared, trained_run, tmp_p
     assert f"- started from {imported} at step 0 (Written by `kjax import --hf {hf}`)" in card
     # the imported run itself came from the exported run: its card line has no parent
     assert card.count("- started from") == 1
+
+
+def test_the_phase_presets_phases_check_and_compile_by_name(tmp_path):
+    """tpu_configs/bert_base_phases.py and modern_base.py list their phases;
+    `kjax compile --phase` and the compile cases pick one by name."""
+    from kjax.config import load_config
+    from kjax.pretrain.phases import phase_config, phase_configs
+    root = os.path.dirname(DEMO_CONFIG)
+    bert = load_config(os.path.join(root, "bert_base_phases.py"))
+    long = phase_config(bert, "seq512")
+    assert (long.data.max_seq_len, long.train.microbatches, long.train.num_steps) == \
+        (512, 2, 100_000)
+    assert long.phases == () and bert.data.max_seq_len == 128
+    modern = [c for _, c in phase_configs(load_config(os.path.join(root, "modern_base.py")))]
+    assert [c.model.rope_theta for c in modern] == [10_000.0, 160_000.0, 160_000.0]
+    assert [c.train.schedule for c in modern] == ["constant", "constant", "wsd"]
+    assert modern[1].train.batch_size * 8192 == modern[0].train.batch_size * 1024
+    with pytest.raises(KjaxError, match=r"--phase seq9: the config lists no such phase "
+                                        r"\(phases: seq128, seq512\)"):
+        phase_config(bert, "seq9")

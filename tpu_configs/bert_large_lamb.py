@@ -28,9 +28,17 @@ paragraph): not recorded yet.
 
 Phase 2 (NVIDIA: sequences of 512 with 80 predictions, batch 32768, lr 4e-3,
 warmup 12.8 % of 1563 steps) continues from phase 1's weights on a schedule
-of its own. kjax cannot run it yet: a new workdir starts from fresh
-parameters, a resumed one continues its own schedule, and starting a run
-from another run's checkpoint is future work.
+of its own: a new phase (docs/PRETRAINING.md, "Runs in phases"),
+
+    kjax train --config tpu_configs/bert_large_lamb.py --workdir gs://B/runs/lamb_p2 \
+        --init-from gs://B/runs/lamb_p1 --config.data.max_seq_len=512 \
+        --config.data.max_predictions_per_seq=80 --config.data.dir=gs://B/ex512 \
+        --config.train.batch_size=32768 --config.train.learning_rate=4e-3 \
+        --config.train.warmup_steps=200 --config.train.num_steps=1563 \
+        --config.train.microbatches=64
+
+(`kjax compile` with the same overrides says whether 64 microbatches of 512
+rows fit the slice first).
 
 Batch 65536 on a v3-32 (32 cores of 16 GiB, pure data parallelism) is 2048
 rows per core a step: train.microbatches=32 runs it as microbatches of 64

@@ -33,6 +33,8 @@ def register(verbs, add_config) -> None:
     p.add_argument("--fit-batch", action="store_true",
                    help="also find the largest global batch that compiles, to within "
                    "1/32 (≤ 8 more compiles; those XLA refuses take seconds)")
+    p.add_argument("--phase", default=None, metavar="NAME",
+                   help="compile that phase of a config that lists its phases")
     p.add_argument("--no-eval", action="store_true", help="compile the train step only")
     p.add_argument("--no-roofline", action="store_true",
                    help="skip the roofline (saves two small compiles for a scanned encoder)")
@@ -95,6 +97,9 @@ def to_json(report: dict) -> dict:
 
 def run_compile(args, config) -> int:
     from kjax.pretrain.fit import advice, check, not_fitting_error
+    if args.phase:
+        from kjax.pretrain.phases import phase_config
+        config = phase_config(config, args.phase)
     steps = ("train",) if args.no_eval else ("train", "eval")
     quiet = lambda *a, **k: None  # noqa: E731
     progress = quiet if args.json else (lambda m: print(m, file=sys.stderr, flush=True))

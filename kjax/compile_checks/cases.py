@@ -35,7 +35,13 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
              ("bert_s", "v4-8", FLASH_PAIRS, "flash kernel, pairs B", True),
              ("bert_base", "v4-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
               "flash kernel, attention dropout 0.1 in it, pairs B", True),
-             ("modern_small", "v3-8", PACKING, "packing", True)] + \
+             ("modern_small", "v3-8", PACKING, "packing", True),
+             # the presets that list their phases: each phase as it trains
+             ("bert_base_phases", "v3-8", [], "phase 1: 128 tokens, batch 256", True),
+             ("bert_base_phases", "v3-8", ["phase=seq512"],
+              "phase 2: 512 tokens, batch 256 in 2 microbatches", True),
+             ("modern_base", "v3-8", ["phase=extend8192"], "phase 2: 8192 tokens, batch 32",
+              True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
 
 # (preset, overrides, what the case is): one H100, the batches of docs/GPU.md's

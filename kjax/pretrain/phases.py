@@ -189,6 +189,15 @@ def phase_configs(config) -> list[tuple[str, object]]:
     return out
 
 
+def phase_config(config, name: str):
+    """The config of the phase `name` (`kjax compile --phase`, the compile cases)."""
+    configs = dict(phase_configs(config))
+    if name not in configs:
+        listed = ", ".join(configs) or "none"
+        raise KjaxError(f"--phase {name}: the config lists no such phase (phases: {listed})")
+    return configs[name]
+
+
 def run_phases(config, workdir: str, train, **kwargs) -> dict:
     """Trains each listed phase in WORKDIR/phases/NAME, in order, each from the
     last checkpoint of the one before (the first from `init.from_run`, if any);
