@@ -35,7 +35,7 @@ from kjax.compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E40
                                          device_memory, h100_target)
 
 GIB = 1 << 30
-PALLAS_KERNELS = "shake_flash"   # kjax/model/flash_shake.py's kernels, as XLA names them
+PALLAS_KERNELS = "shake_flash"   # kjax/model/flash/attention.py's kernels, as XLA names them
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 
 

@@ -253,6 +253,20 @@ def test_the_check_sees_function_local_imports(tmp_path):
     assert layer_of("kjax.cli") > layer_of("kjax.tokens.m")
 
 
+def test_the_model_reaches_the_flash_kernels_through_one_function():
+    """kjax/model/flash is a package of its own: outside it, kjax/model imports
+    only the package itself (its entry point, sharded_flash_attention), and only
+    from attention_core.py; the kernels' modules are nobody else's in the model."""
+    modules = module_files()
+    found = {m: sorted(t for t in imports_of(path, m, modules) if t.startswith("kjax.model.flash"))
+             for m, path in modules.items()
+             if m.startswith("kjax.model.") and not m.startswith("kjax.model.flash")}
+    assert {m: t for m, t in found.items() if t} == {
+        "kjax.model.attention_core": ["kjax.model.flash"]}
+    import kjax.model.flash as flash
+    assert flash.__all__ == ["MASK_VALUE", "sharded_flash_attention"]
+
+
 def test_no_kjax_file_is_longer_than_400_lines():
     long = {os.path.relpath(p, ROOT): n for p in module_files().values()
             if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_LINES}

@@ -13,8 +13,8 @@ from kjax.config.schema import LOGICAL_RULES
 from kjax.model import dropout_hash
 from kjax.model.attention import explicit_attention
 from kjax.model.attention_core import choose_impl, fused_attention
-from kjax.model.flash_shake import flash_attention
-from kjax.model.flash_tiles import TRITON_TILES, Tiles, kernel_tiles
+from kjax.model.flash.attention import flash_attention
+from kjax.model.flash.tiles import TRITON_TILES, Tiles, kernel_tiles
 from test_attention_kernels import BLOCK, case_inputs
 
 RATE = 0.1

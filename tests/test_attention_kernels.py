@@ -9,7 +9,7 @@ import pytest
 
 from kjax.model.attention import explicit_attention
 from kjax.model.attention_core import dense_shake, fused_attention, logits_mask
-from kjax.model.flash_shake import flash_attention
+from kjax.model.flash.attention import flash_attention
 
 B, S, H, D = 2, 32, 2, 8
 BLOCK = 8                      # 4 × 4 tiles: the online softmax crosses blocks

@@ -10,7 +10,7 @@ from conftest import tiny_config
 from kjax.batches.loader import train_dataset
 from kjax.config import load_config
 from kjax.errors import KjaxError
-from kjax.model.flash_shake import flash_attention
+from kjax.model.flash.attention import flash_attention
 from kjax.parallel.mesh import make_mesh, put_batch
 from kjax.shake.matrix import build_shake_matrix, build_shake_pairs, pairs_to_dense
 from kjax.train.state import init_state, make_model, make_optimizer

@@ -1,4 +1,4 @@
-"""The flash kernels' tiles chosen on the card (kjax/model/flash_tuning.py):
+"""The flash kernels' tiles chosen on the card (kjax/model/flash/tuning.py):
 timed within a budget with a fake clock and timer, kept in the cache file,
 fixed by model.attention_tiles (what a resumed run's recorded config holds),
 and the config's old attention keys."""
@@ -11,8 +11,8 @@ from ml_collections import ConfigDict
 
 from kjax.config import load_config
 from kjax.errors import KjaxError
-from kjax.model import flash_tuning
-from kjax.model.flash_tiles import (CANDIDATES, TRITON_TILES, Tiles, candidates, format_tiles,
+from kjax.model.flash import tuning as flash_tuning
+from kjax.model.flash.tiles import (CANDIDATES, TRITON_TILES, Tiles, candidates, format_tiles,
                                     kernel_tiles, parse_tiles)
 
 CALL = flash_tuning.Call(32, 512, 12, 64, "bfloat16", dropout=0.1, shake="pairs")

@@ -27,7 +27,8 @@ def child_kjax(spec: dict) -> None:
     tiles each variant chose are emitted with its row (`tuning_budget_s` bounds
     their timing on the card)."""
     import jax
-    from kjax.model import attention_core, flash_tuning
+    from kjax.model import attention_core
+    from kjax.model.flash import tuning as flash_tuning
     if "tuning_budget_s" in spec:
         flash_tuning.BUDGET_S = spec["tuning_budget_s"]
     kept = {}

@@ -65,7 +65,7 @@ def key_of(name: str) -> str:
 def tilings() -> list[str]:
     """--tiles for the alternates: the table's tiles and flash_tiles.CANDIDATES
     for a head of 64, the options flash_tuning times in this order."""
-    from kjax.model.flash_tiles import CANDIDATES, TRITON_TILES, format_tiles
+    from kjax.model.flash.tiles import CANDIDATES, TRITON_TILES, format_tiles
     return [f"table={format_tiles(TRITON_TILES[64])}"] + [
         f"c{i}={format_tiles(t)}" for i, t in enumerate(CANDIDATES[64], 1)]
 

@@ -24,7 +24,7 @@ after --cap seconds. `--tiles LABEL=F/DQ/DKV` (repeatable) adds flash rows
 with that tiling of the three kernels (benchmarks/kernels/flash_tiles.py
 says which tilings spill); `--flash-tiles table` fixes the plain flash rows'
 tiles instead of timing them on the card, `--tuning-budget S` bounds that
-timing per signature (kjax/model/flash_tuning.py's BUDGET_S); every flash
+timing per signature (kjax/model/flash/tuning.py's BUDGET_S); every flash
 row says its tiles. `--impls`, `--rates`, `--b` and `--dtype` pick part of
 the grid (`--impls cudnn,mosaic --rates 0 --b none`: jax's Mosaic GPU
 attention, in float16, beside cuDNN). Records:
@@ -138,7 +138,7 @@ def main():
     ap.add_argument("--cap", type=float, default=420, help="--grid: seconds before it stops")
     ap.add_argument("--tiles", action="append", default=[], metavar="LABEL=F/DQ/DKV",
                     help="--grid: flash rows with this tiling too, each kernel's as "
-                    "outer,inner,warps,stages (kjax/model/flash_tiles.py), e.g. "
+                    "outer,inner,warps,stages (kjax/model/flash/tiles.py), e.g. "
                     "large=128,128,4,2/128,128,4,2/128,128,4,2")
     ap.add_argument("--flash-tiles", metavar="VALUE", help="--grid: the plain flash rows' "
                     "tiles as model.attention_tiles takes them ('table' or F/DQ/DKV; default: "

@@ -28,7 +28,7 @@ MOSAIC_TILES = dict(block_q=64, block_kv=64, max_concurrent_steps=2, causal=Fals
 
 def parse_tiling(text: str):
     """LABEL=F/DQ/DKV → (label, (Tiles, Tiles, Tiles)), each outer,inner,warps,stages."""
-    from kjax.model.flash_tiles import parse_tiles
+    from kjax.model.flash.tiles import parse_tiles
     label, _, spec = text.partition("=")
     if not label or len(spec.split("/")) != 3:
         raise SystemExit(f"--tiles {text!r}: give LABEL=F/DQ/DKV, each outer,inner,warps,stages")
@@ -58,11 +58,12 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
          tuning_budget_s=None) -> list[dict]:
     """The grid's rows, each printed as measured; returns them as records' rows.
     `flash_tiles`: the plain flash rows' model.attention_tiles value ('table',
-    'F/DQ/DKV'; default: timed on the card, kjax/model/flash_tuning.py, for at
+    'F/DQ/DKV'; default: timed on the card, kjax/model/flash/tuning.py, for at
     most `tuning_budget_s` per signature, default its BUDGET_S)."""
     import jax
     import jax.numpy as jnp
-    from kjax.model import dropout_hash, flash_tuning
+    from kjax.model import dropout_hash
+    from kjax.model.flash import tuning as flash_tuning
     if tuning_budget_s is not None:
         flash_tuning.BUDGET_S = tuning_budget_s
     backend, start = jax.default_backend(), time.perf_counter()
@@ -108,7 +109,7 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
                         continue   # interpret mode: an emulator, no speed
                     tiles = dict(tilings).get(impl.partition(" ")[2])
                     if tiles is not None:
-                        from kjax.model.flash_tiles import fit
+                        from kjax.model.flash.tiles import fit
                         tiles = fit(tiles, s)
                     fn = jax.jit(jax.value_and_grad(
                         _grid_loss(impl, rate, valid, words, tiles, flash_tiles), (0, 1, 2)))
@@ -154,8 +155,8 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
 def _tiles_used(impl, tiles, flash_tiles, call) -> str | None:
     """The tiles a flash row ran: its --tiles tiling, the fixed `flash_tiles`,
     or what flash_tuning chose for its signature (on a GPU: timed there)."""
-    from kjax.model import flash_tuning
-    from kjax.model.flash_tiles import format_tiles
+    from kjax.model.flash import tuning as flash_tuning
+    from kjax.model.flash.tiles import format_tiles
     if tiles is not None:
         return format_tiles(tiles)
     if impl != "flash":
@@ -179,7 +180,7 @@ def _grid_loss(impl, rate, valid, words, tiles=None, flash_tiles=None):
             from jax.experimental.pallas.ops.gpu import attention_mgpu
             out = attention_mgpu.attention(q, k, v, attention_mgpu.TuningConfig(**MOSAIC_TILES))
         elif tiles is not None:    # one layer, no mesh: the kernel itself, tiled as asked
-            from kjax.model.flash_shake import flash_attention
+            from kjax.model.flash.attention import flash_attention
             out = flash_attention(q, k, v, valid, shake=shake, bf=0.5, dropout_rate=rate,
                                   dropout_words=words, tiles=tiles,
                                   interpret=jax.default_backend() == "cpu")

@@ -1,14 +1,14 @@
 """The flash kernels' tilings as ptxas sees them on an H100, without a GPU.
 
 One attention layer (BERT-base heads, 12 × 64, bf16), forward + backward
-through kjax's Pallas kernels (kjax/model/flash_shake.py), is compiled for an
+through kjax's Pallas kernels (kjax/model/flash/attention.py), is compiled for an
 H100 described to this CPU host (.ci/h100_sxm.txtpb, jax's CUDA plugin, as
 `make gpu-check`); XLA dumps each kernel's PTX and ptxas (from jax's CUDA
 wheels) assembles it for sm_90a: registers per thread, bytes spilled, the
 kernel's wgmma instructions and whether ptxas serialized them for lack of
 registers (kjax/compile_checks/ptx.py). Each candidate tiling of one kernel
 is compiled with the other two kernels at their defaults
-(kjax/model/flash_tiles.py), for each case. Not timings: which tilings
+(kjax/model/flash/tiles.py), for each case. Not timings: which tilings
 spill is decided here, which of the clean ones is fastest needs a GPU
 (`benchmarks/kernels/attention.py --grid --tiles ...`).
 
@@ -16,7 +16,7 @@ spill is decided here, which of the clean ones is fastest needs a GPU
     build/gpu-venv/bin/python benchmarks/kernels/flash_tiles.py --kernels dkv \\
         --candidates 64,64,4,2 128,128,4,2 --cases dropout
 
-A candidate is outer,inner,warps,stages (kjax.model.flash_tiles.Tiles).
+A candidate is outer,inner,warps,stages (kjax.model.flash.tiles.Tiles).
 Cases: plain (padding only); dropout (attention dropout 0.1); shaken
 (dropout 0.1 + pairs B + packed segments + a local window of seq / 4, as
 modern_base's local layers: the most a tile computes). One record per
@@ -47,7 +47,7 @@ def compile_layer(devices, tiles, case: str, seq: int, tokens: int, dump: str,
     import numpy as np
     from jax.sharding import SingleDeviceSharding
 
-    from kjax.model.flash_shake import flash_attention
+    from kjax.model.flash.attention import flash_attention
     b, h, d = max(1, tokens // seq), 12, head_dim
     pos = np.arange(seq)
     shaken = case == "shaken"
@@ -85,7 +85,7 @@ def main():
     records.add_arguments(ap)
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
-    from kjax.model.flash_tiles import Tiles, kernel_tiles
+    from kjax.model.flash.tiles import Tiles, kernel_tiles
     from kjax.compile_checks.ptx import dumped_kernels, find_ptxas
     ptxas = find_ptxas()
     if ptxas is None:

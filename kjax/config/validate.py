@@ -11,11 +11,16 @@ import math
 import re
 
 from kjax.config.schema import MESH_AXES, SCHEMA
+from kjax.config.tiles import parse_tiles
 from kjax.errors import KjaxError
 
-# model.attention_tiles' values: the flash kernels' tiles (kjax/model/flash_tiles.parse_tiles)
-_TILE = r"[1-9]\d*(,[1-9]\d*){3}"
-TILES = re.compile(f"{_TILE}/{_TILE}/{_TILE}(,1)?")
+def _parses(tiles: str) -> bool:
+    """Whether a model.attention_tiles value is a tiling (kjax/config/tiles.py)."""
+    try:
+        parse_tiles(tiles)
+    except ValueError:
+        return False
+    return True
 
 
 def check_values(config, schema: dict = SCHEMA, prefix: str = "") -> None:
@@ -80,7 +85,7 @@ def validate_model(c) -> None:
                             f"knowledge heads read hidden_size-wide embeddings; set the "
                             f"knowledge weights to 0 or model.embedding_size=0")
     for signature, tiles in dict(m.attention_tiles).items():
-        if tiles != "table" and not TILES.fullmatch(str(tiles)):
+        if tiles != "table" and not _parses(str(tiles)):
             raise KjaxError(f"model.attention_tiles[{signature!r}] = {tiles!r}: give 'table' or "
                             f"F/DQ/DKV, each outer,inner,warps,stages (e.g. "
                             f"'128,64,8,2/128,32,4,5/128,32,4,5')")

@@ -7,7 +7,7 @@
     dot_product  `jax.nn.dot_product_attention` (XLA on CPU/TPU, cuDNN on GPU
                  for bf16/fp16) when the call has no Eq. 1 and no attention
                  dropout, else xla;
-    flash        the Pallas kernel of kjax/model/flash_shake.py, Eq. 1 and
+    flash        the Pallas kernel of kjax/model/flash/attention.py, Eq. 1 and
                  attention dropout inside the online softmax (CPU: Pallas'
                  interpret mode, slow, for tests and debugging);
     auto         (the default) on GPU: cuDNN (dot_product) for a call with
@@ -38,18 +38,12 @@ to is undefined (kjax never reads one: it is a padded position).
 """
 from __future__ import annotations
 
-import functools
-
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import PartitionSpec as P
 
 from kjax.config.platform import platform
-from kjax.model import flash_tuning
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
-from kjax.model.flash_shake import MASK_VALUE, flash_attention
+from kjax.model.flash import MASK_VALUE, sharded_flash_attention
 from kjax.shake.matrix import SHAKE_PAIR_KEYS, shake_from_batch
 
 __all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",
@@ -114,8 +108,8 @@ def fused_attention(impl: str, q, k, v, attention_mask, *, segment_ids=None,
         return _dot_product(q, k, v, attention_mask, segment_ids, local_window)
     if impl != "flash":
         raise ValueError(f"fused_attention runs dot_product (no dropout) or flash, not {impl!r}")
-    return _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout,
-                          tiles)
+    return sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, shake,
+                                   bf, dropout, tiles)
 
 
 def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
@@ -132,70 +126,3 @@ def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
     return jax.nn.dot_product_attention(q, k, v, mask=logits_mask(attention_mask, segment_ids),
                                         scale=1.0, local_window_size=window,
                                         implementation="xla")
-
-
-def _sharded_flash(q, k, v, attention_mask, segment_ids, local_window, shake, bf, dropout,
-                   fixed_tiles=()):
-    """The kernel is per (example, head): under a mesh it runs per device on
-    its batch and head shards (shard_map), as XLA cannot partition a Pallas
-    call. The specs come from the logical-axis rules, not from mesh names.
-    Dropout's keep bits hash the global example and head, so each shard
-    passes its offsets: the masks do not depend on the mesh. A microbatch's
-    rows carry their global indices (`examples`), contiguous within a shard
-    (kjax/train/accumulation.py): the shard's first one is its offset."""
-    interpret = platform() == "cpu"
-    bf = jnp.asarray(0.0 if bf is None else bf, jnp.float32)
-    rate = 0.0 if dropout is None else dropout["rate"]
-    broadcast = dropout is not None and dropout["broadcast"]
-    words = jnp.zeros(2, jnp.int32) if dropout is None else dropout["words"]
-    examples = None if dropout is None else dropout.get("examples")
-    mesh = jax.sharding.get_abstract_mesh()
-    heads = nn.logical_to_mesh_axes(("batch", "length", "heads", "kv"))
-
-    def local(q, k, v, attention_mask, segment_ids, shake, bf, words, examples, sharded=False):
-        base = None
-        if (sharded or examples is not None) and rate:
-            first = (_axis_index(heads[0]) * q.shape[0] if examples is None
-                     else examples[0].astype(jnp.int32))
-            head = _axis_index(heads[2]) * q.shape[2] if sharded else jnp.int32(0)
-            base = jnp.stack([first, head, jnp.int32(
-                q.shape[2] * (_axes_size(mesh, heads[2]) if sharded else 1))])
-        tiles = None
-        if platform() == "gpu":   # Triton: the tiles timed on this card (flash_tuning)
-            layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
-            call = flash_tuning.Call(q.shape[0], q.shape[1], q.shape[2], q.shape[3],
-                                     jnp.dtype(q.dtype).name, rate, layout,
-                                     segment_ids is not None, local_window)
-            tiles = flash_tuning.tiles_for(call, fixed_tiles)
-        return flash_attention(q, k, v, attention_mask, segment_ids=segment_ids,
-                               local_window=local_window, shake=shake, bf=bf,
-                               dropout_rate=rate, dropout_words=words,
-                               dropout_broadcast=broadcast, index_base=base,
-                               tiles=tiles, interpret=interpret)
-
-    args = (q, k, v, attention_mask, segment_ids, shake, bf, words, examples)
-    if mesh.empty or mesh.size == 1:
-        return local(*args)
-    if q.shape[0] % _axes_size(mesh, heads[0]) or q.shape[2] % _axes_size(mesh, heads[2]):
-        return local(*args)   # e.g. init's one-example batch: unsharded (XLA replicates it)
-    rows = P(heads[0], None)
-    shake_spec = None if shake is None else (
-        jax.tree.map(lambda _: rows, shake) if isinstance(shake, dict) else P(heads[0], None, None))
-    specs = (heads, heads, heads, rows, None if segment_ids is None else rows, shake_spec, P(),
-             P(), None if examples is None else P(heads[0]))
-    return jax.shard_map(functools.partial(local, sharded=True), mesh=mesh, in_specs=specs,
-                         out_specs=heads, check_vma=False)(*args)
-
-
-def _names(axes) -> tuple:
-    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-
-
-def _axes_size(mesh, axes) -> int:
-    return int(np.prod([mesh.shape[n] for n in _names(axes)]))
-
-
-def _axis_index(axes):
-    """This shard's index along mesh axes (major first, as a PartitionSpec splits)."""
-    names = _names(axes)
-    return jax.lax.axis_index(names).astype(jnp.int32) if names else jnp.int32(0)

@@ -1,7 +1,7 @@
 """Attention-dropout keep bits as a pure function of (key, example, head, query, key).
 
 One definition of the regulariser, whichever path runs: the Pallas kernel
-(kjax/model/flash_shake.py) recomputes these bits per tile in its forward and
+(kjax/model/flash/attention.py) recomputes these bits per tile in its forward and
 both backward kernels and never stores them; the explicit path
 (kjax/model/attention.py) computes the same bits over [b, h, q, k] in XLA.
 So `model.attention_impl` may switch paths without changing a run, and a

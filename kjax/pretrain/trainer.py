@@ -39,7 +39,7 @@ from kjax.config.load import load_config
 from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
 from kjax.pretrain import phases
 from kjax.pretrain.resume_policy import check_resume
-from kjax.model import flash_tuning
+from kjax.model.flash import tuning as flash_tuning
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
 from kjax.train.profiler import StepProfiler

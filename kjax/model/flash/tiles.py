@@ -1,4 +1,4 @@
-"""How the flash kernels of kjax/model/flash_shake.py tile the sequence.
+"""How the flash kernels of kjax/model/flash/attention.py tile the sequence.
 
 Each of the three kernels (forward, dq, dk/dv) has its own tiling: the block
 its grid walks (`outer`), the block its loop walks (`inner`) and, on GPU,
@@ -13,37 +13,22 @@ benchmarks/kernels/flash_tiles.py; `make gpu-check` fails a step whose Pallas ke
 spills), with padding, with attention dropout and with dropout + pairs B +
 segments + a local window; then the largest tile, as a spill is a round trip
 through local memory inside the inner loop. Which clean tiling is fastest
-only a GPU says: kjax/model/flash_tuning.py times `CANDIDATES` on the card.
+only a GPU says: kjax/model/flash/tuning.py times `CANDIDATES` on the card.
 Heads of 128 (twice the accumulators) need smaller backward tiles; larger
 heads take the 128 entry and may spill. docs/GPU.md §8 has the figures.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from jax.experimental import pallas as pl
 
-
-@dataclasses.dataclass(frozen=True)
-class Tiles:
-    """One kernel's tiling: `outer`, the block its grid walks (queries for the
-    forward and dq, keys for dk/dv); `inner`, the block its loop walks;
-    Triton's warps per program and software-pipeline stages (GPU only); and for
-    dk/dv on GPU, `transposed`: the tile computed as kqᵀ [keys, queries], so
-    dV += PᵀdO and dK += dSᵀQ take their left operand as computed (Triton's
-    fused-attention tutorial's backward), not through a transpose."""
-    outer: int
-    inner: int
-    num_warps: int = 4
-    num_stages: int = 2
-    transposed: int = 0      # dk/dv only, GPU: 1 computes the tile as keys × queries
+from kjax.config.tiles import Tiles, format_tiles, parse_tiles  # noqa: F401 (the format)
 
 
 # (forward, dq, dk/dv) for Triton by the largest head size they serve (docs/GPU.md §8).
 TRITON_TILES = {64: (Tiles(128, 64, 8, 2), Tiles(128, 64, 8, 2), Tiles(64, 128, 8, 2)),
                 128: (Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 64, 8, 2))}
 
-# What flash_tuning times on a GPU after the table, by head size, every one free of
+# What tuning.py times on a GPU after the table, by head size, every one free of
 # spills under ptxas on sm_90a with padding, dropout and dropout + pairs B + segments +
 # a window: deeper pipelines with dk/dv on 64 × 64 (the fewest loop instructions per
 # entry with dropout); Triton's fused-attention tutorial's backward (dq over 128
@@ -55,29 +40,6 @@ CANDIDATES = {
          (Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3))),
     128: ((Tiles(128, 64, 8, 2), Tiles(128, 32, 8, 2), Tiles(32, 128, 8, 2, 1)),),
 }
-
-
-def parse_tiles(spec: str) -> tuple[Tiles, Tiles, Tiles]:
-    """'F/DQ/DKV', each outer,inner,warps,stages (DKV may end in ,1: transposed)."""
-    parts = spec.split("/")
-    try:
-        if len(parts) != 3:
-            raise ValueError
-        tiles = tuple(Tiles(*(int(x) for x in part.split(","))) for part in parts)
-    except (TypeError, ValueError):
-        raise ValueError(f"flash tiles {spec!r}: give F/DQ/DKV, each outer,inner,warps,stages "
-                         f"(e.g. 128,64,8,2/128,32,4,5/128,32,4,5)") from None
-    forms = [t.transposed for t in tiles]
-    if any(x <= 0 for t in tiles for x in dataclasses.astuple(t)[:4]) or forms[:2] != [0, 0] \
-            or forms[2] not in (0, 1):
-        raise ValueError(f"flash tiles {spec!r}: every block, warp and stage count is ≥ 1, and "
-                         f"only DKV may end in ,1 (transposed)")
-    return tiles
-
-
-def format_tiles(tiles) -> str:
-    return "/".join(",".join(str(int(x)) for x in dataclasses.astuple(t)[:4 + t.transposed])
-                    for t in tiles)
 
 
 def fit(tiles, seq: int) -> tuple[Tiles, Tiles, Tiles]:

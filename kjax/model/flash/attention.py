@@ -33,8 +33,8 @@ passes no gradient; kjax never reads such rows.
 
 The grid runs over batch, heads and blocks of the outer sequence, a
 `fori_loop` over the blocks of the other (skipping blocks outside a local
-window); the kernels are in kjax/model/flash_kernels.py, each tiling its own
-way (kjax/model/flash_tiles.py; timed on the card: flash_tuning.py). The kernels
+window); the kernels are in kjax/model/flash/kernels.py, each tiling its own
+way (kjax/model/flash/tiles.py; timed on the card: flash_tuning.py). The kernels
 read q, k, v [batch, seq, heads, head_dim] in place on GPU and in interpret
 mode; on TPU they are made [batch, heads, seq, head_dim] first, and
 per-position vectors are laid out [b, s, 1] (query side) and [b, 1, s] (key
@@ -53,9 +53,9 @@ from jax.experimental.pallas import triton as pltriton
 
 from kjax.config.platform import platform
 from kjax.model import dropout_hash
-from kjax.model.flash_kernels import (MASK_VALUE, Static, dkv_kernel, dkv_t_kernel, dq_kernel,
+from kjax.model.flash.kernels import (MASK_VALUE, Static, dkv_kernel, dkv_t_kernel, dq_kernel,
                                       forward_kernel)
-from kjax.model.flash_tiles import Tiles, block_spec, kernel_tiles
+from kjax.model.flash.tiles import Tiles, block_spec, kernel_tiles
 
 __all__ = ["MASK_VALUE", "Static", "Tiles", "flash_attention"]
 

@@ -1,13 +1,13 @@
 """The flash kernels' tiles chosen on the user's card: timed once, then kept.
 
-Which tiling free of spills (kjax/model/flash_tiles.py) is fastest depends on
+Which tiling free of spills (kjax/model/flash/tiles.py) is fastest depends on
 the GPU, the call's shape and its features, and ptxas cannot say it. A flash
 call's signature is (seq, head size, batch, heads, dtype as one device sees
 them; attention dropout, B's layout, segments, the local window), and its
 tiles come from the first of:
 
   1. `model.attention_tiles`: the signature's entry, else '*' ('F/DQ/DKV',
-     or 'table' for flash_tiles' table). A resumed run's tiles arrive this
+     or 'table' for the table of tiles.py). A resumed run's tiles arrive this
      way: kjax train records the tiles every signature ran with (`chosen`),
      so its program, and with it bit-exact resume, does not depend on a
      later timing or another card;
@@ -16,7 +16,7 @@ tiles come from the first of:
      kjax's cache folder), one entry per device kind and signature;
   4. timing, on a GPU that this process drives alone: forward + backward on
      random data of the signature's shape for the table's tiles, then
-     flash_tiles.CANDIDATES, until BUDGET_S seconds have passed (compiles
+     tiles.CANDIDATES, until BUDGET_S seconds have passed (compiles
      included); the fastest is kept in the cache. Elsewhere (TPU, the CPU's
      interpret mode, a deviceless compile, several processes, which must all
      compile one program) the table.
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kjax import paths
-from kjax.model.flash_tiles import candidates, fit, format_tiles, kernel_tiles, parse_tiles
+from kjax.model.flash.tiles import candidates, fit, format_tiles, kernel_tiles, parse_tiles
 
 BUDGET_S = 10.0          # per signature, compiles included: a handful of tilings
 REPS = 5                 # timed calls per tiling, after one that compiles and warms up
@@ -168,7 +168,7 @@ def _on_device(call: Call, reps: int = REPS, interpret: bool = False):
     """tiles → median seconds of the call's forward + backward on random data.
     Runs while a step is being traced: in a thread of its own, where no trace,
     mesh or lowering target of the step's is current (jax keeps them per thread)."""
-    from kjax.model.flash_shake import flash_attention
+    from kjax.model.flash.attention import flash_attention
     b, s, h, d = call.batch, call.seq, call.heads, call.head_dim
     rng = np.random.default_rng(0)
     pos = np.broadcast_to(np.arange(s, dtype=np.int32), (b, s))

@@ -1,4 +1,4 @@
-"""The three Pallas kernels of the flash attention (kjax/model/flash_shake.py
+"""The three Pallas kernels of the flash attention (kjax/model/flash/attention.py
 says what they compute and how they are called): forward, dq, dk/dv.
 
 Per tile the kernels spend their instructions on elementwise work (their
@@ -23,7 +23,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from kjax.model import dropout_hash
-from kjax.model.flash_tiles import Tiles
+from kjax.model.flash.tiles import Tiles
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)   # jax.nn.dot_product_attention's
 LOG2E = np.float32(np.log2(np.e))
@@ -266,7 +266,7 @@ def dq_kernel(*refs, st: Static, names):
 def dkv_kernel(*refs, st: Static, names, transposed: bool = False):
     """dk/dv over one key block. `transposed`: the tile as keys × queries, sᵀ =
     (k·log₂e)qᵀ, Pᵀ, dPᵀ = V dOᵀ, so dV += Pᵀ dO and dK += dSᵀ Q are plain
-    products (lse and D then arrive as rows [1, s]: flash_shake._transposed)."""
+    products (lse and D then arrive as rows [1, s]: attention._transposed)."""
     r = _named(names, refs)
     k, v = _log2_scaled(r["k"][...]), r["v"][...]
     bk, seq = k.shape[0], r["q"].shape[0]
