@@ -106,6 +106,13 @@ def built_once(tmp_path_factory, name: str, build) -> "os.PathLike":
 
 
 @pytest.fixture(scope="session")
+def analyzer():
+    """One Kiwi analyzer for the run's morpheme tests (loading its model takes seconds)."""
+    from kjax.morph import KoreanAnalyzer
+    return KoreanAnalyzer()
+
+
+@pytest.fixture(scope="session")
 def trained_run(prepared, tmp_path_factory):
     """The workdir of tiny_config(prepared)'s finished run (6 steps, saved at
     3 and 6), trained once for the whole run. Read it, or copy it

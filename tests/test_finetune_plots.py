@@ -78,7 +78,7 @@ def test_train_line_reaches_the_last_step_and_results_are_printed(env, tmp_path,
 def test_the_progress_legend_covers_no_point():
     """--every-checkpoint's progress.png: lines up to the top right, a
     Korean run name, the baseline; the legend lies outside the axes."""
-    from kjax.finetune.progress import progress_figure
+    from kjax.finetune.scores_by_step import progress_figure
     curves = {"사전학습_A": [(100, 0.5, 0.02), (200, 0.7, 0.01), (300, 0.9, 0.0)],
               "run_b ft+0 inf+0.5": [(100, 0.4, 0.0), (300, 0.8, 0.05)]}
     fig = progress_figure(curves, "accuracy", 0.33)

@@ -182,12 +182,6 @@ DERIVED = [  # sentence, predicate lemma, its tag, frame particles, expected tar
 ]
 
 
-@pytest.fixture(scope="module")
-def analyzer():
-    from kjax.morph import KoreanAnalyzer
-    return KoreanAnalyzer()
-
-
 @pytest.mark.parametrize("sentence, lemma, tag, frame, noun, rule", DERIVED)
 def test_x_ha_doe_is_one_predicate_on_kiwis_split(analyzer, sentence, lemma, tag, frame, noun,
                                                    rule):

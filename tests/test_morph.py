@@ -12,11 +12,6 @@ HOSTILE = ["", "   ", "\r\n\r\n", "\x00", "a\x00b", "첫줄\r\n둘째 줄", "�
            "\ufeff가나\u200b다", "e\u0301 가\u0301", "ab\u2028cd\x1c가"]
 
 
-@pytest.fixture(scope="module")
-def analyzer():
-    return KoreanAnalyzer()
-
-
 # ---- tags -------------------------------------------------------------------
 def test_tag_inventory_matches_kiwi():
     from kiwipiepy.utils import _valid_tags

@@ -16,11 +16,6 @@ from test_multihot_vocab import FIXTURE_TOKENS
 
 
 @pytest.fixture(scope="module")
-def analyzer():
-    return KoreanAnalyzer()
-
-
-@pytest.fixture(scope="module")
 def vocab():
     """The Table 7 fixture plus the fallback tokens every built vocabulary has."""
     return MultihotVocab(list(dict.fromkeys([*BASE_TOKENS, *FIXTURE_TOKENS, *FALLBACK_TOKENS])))

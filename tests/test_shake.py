@@ -10,7 +10,6 @@ from kjax.examples.pairs import assemble
 from kjax.model.attention import shake_scores
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
-from kjax.morph.analyzer import KoreanAnalyzer
 from kjax.morph.tags import tag_id
 from kjax.shake.matrix import build_shake_matrix, random_pairs
 from kjax.shake.variants import shared_position_ids
@@ -69,11 +68,6 @@ def test_model_attention_with_shake_matches_reference():
     # Layer 0 boosts (bf > 0) the (2 → 1) weight; nothing else in row 2 gains.
     assert (alpha[0, 0, :, 2, 1] > alpha0[0, 0, :, 2, 1]).all()
     np.testing.assert_allclose(alpha[0, 0, :, 0], alpha0[0, 0, :, 0], atol=1e-7)  # row 0 untouched
-
-
-@pytest.fixture(scope="module")
-def analyzer():
-    return KoreanAnalyzer()
 
 
 def example_from(analyzer, text_a, text_b):

@@ -116,7 +116,7 @@ class Step:
 
     def figures(self, step_s: float, peak: tuple[float, str] | None = None) -> dict:
         """The figures a record keeps for a median step time of `step_s`."""
-        from kjax.train.metrics import peak_flops
+        from kjax.train.peak_flops import peak_flops
         d = self.config.data
         flops, source = peak or peak_flops(self.config)
         out = {"ms": round(1000 * step_s, 2),

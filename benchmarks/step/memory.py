@@ -1,19 +1,21 @@
-"""Largest batch per device that fits a memory budget, per remat policy, and
-what SHAKE's Eq. 1 adds, from XLA's buffer assignment (nothing is run).
+"""What a train step's memory is made of, per remat policy, and what SHAKE's
+Eq. 1 adds, from XLA's buffer assignment (nothing is run): the fixed part and
+the cost of each example.
 
-    python benchmarks/step/memory.py                      # BERT-base, seq 512, 16 GiB
-    python benchmarks/step/memory.py --budget-gib 80 --policies none,dots_saveable
+    python benchmarks/step/memory.py                      # BERT-base, seq 512
+    python benchmarks/step/memory.py --policies none,dots_saveable
     python benchmarks/step/memory.py --shape uknow_small --seq 256 --no-shake
 
 For each policy the train step (fwd + bwd + AdamW, state donated) is lowered
 against abstract inputs and compiled at two batch sizes; peak bytes =
 arguments + un-aliased outputs + temporaries (`compiled.memory_analysis()`),
 which is linear in the batch: fixed (params, Adam moments, gradients) + a
-per-example share (saved activations and the step's transients). The
-largest batch under the budget is solved from that line (with --check,
-confirmed by a third compile, stepping down if it does not fit). With
-shaking on (bf = 1, B in the batch as float8 [seq, seq]:
-1 byte per (q, k) per example), the same fit gives its per-example cost.
+per-example share (saved activations and the step's transients). With
+shaking on (bf = 1, B in the batch as float8 [seq, seq]: 1 byte per (q, k)
+per example), the same fit gives its per-example cost. The largest batch
+that fits a slice is not read off this line: it is the target compiler's
+verdict, `kjax compile --topology ... --fit-batch` (kjax/pretrain/fit.py),
+which also names the microbatches that fit a larger batch.
 
 Caveat: the figures are XLA:CPU's buffer assignment; XLA:GPU/TPU fuse and
 schedule differently (and the CPU backend may keep bf16 elementwise work in
@@ -59,17 +61,13 @@ def main():
     ap.add_argument("--shape", default="bert_base", choices=sorted(harness.SHAPES))
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--budget-gib", type=float, default=16.0, help="memory per device")
     ap.add_argument("--policies", default="none,full,dots_with_no_batch_dims_saveable")
     ap.add_argument("--shake-policies", default="none",
                     help="policies to repeat with shaking on")
     ap.add_argument("--no-shake", action="store_true")
     ap.add_argument("--fit-batches", default="2,4")
-    ap.add_argument("--check", action="store_true",
-                    help="compile once more at the solved batch to confirm it fits")
     records.add_arguments(ap)
     args = ap.parse_args()
-    budget = args.budget_gib * GIB
     batches = [int(x) for x in args.fit_batches.split(",")]
     load_before = harness.load_average()
     rows = []
@@ -79,36 +77,23 @@ def main():
     for policy, shake in runs:
         start = time.perf_counter()
         fixed, per, seen = fit(args.shape, args.seq, args.dtype, policy, shake, batches)
-        best = int((budget - fixed) // per)
-        checked = None
-        if args.check and not shake and best > 0:  # one compile at the solved batch
-            checked = measure(args.shape, args.seq, args.dtype, policy, shake, best)
-            while best > 0 and checked[best] > budget:  # (not linear after all) step down
-                best -= 1
-                checked.update(measure(args.shape, args.seq, args.dtype, policy, shake, best))
-        rows.append((policy, shake, fixed, per, best, checked, time.perf_counter() - start))
-        print(f"{policy} shake={shake}: fixed {fixed / GIB:.2f} GiB, {per / 2**20:.0f} MiB/example,"
-              f" max batch {best}", flush=True)
-    lines = [f"| remat policy | shaking | fixed GiB | MiB per example | max batch ≤ "
-             f"{args.budget_gib:g} GiB | checked: peak GiB at that batch |",
-             "|---|---|---|---|---|---|"]
-    plain = {p: per for p, s, _, per, *_ in rows if not s}
+        rows.append((policy, shake, fixed, per, time.perf_counter() - start))
+        print(f"{policy} shake={shake}: fixed {fixed / GIB:.2f} GiB, {per / 2**20:.0f} MiB/example",
+              flush=True)
+    lines = ["| remat policy | shaking | fixed GiB | MiB per example |", "|---|---|---|---|"]
+    plain = {p: per for p, s, _, per, _ in rows if not s}
     found = []
-    for policy, shake, fixed, per, best, checked, _ in rows:
-        check = f"{checked[best] / GIB:.2f}" if checked else "—"
+    for policy, shake, fixed, per, _ in rows:
         extra = ""
         if shake and policy in plain:
             extra = f" (+{(per - plain[policy]) / 2**20:.0f} MiB vs off)"
         lines.append(f"| {policy} | {'on' if shake else 'off'} | {fixed / GIB:.2f} | "
-                     f"{per / 2**20:.0f}{extra} | {best} | {check} |")
-        fig = {"fixed_gib": round(fixed / GIB, 3), "mib_per_example": round(per / 2**20, 1),
-               "max_batch": best, "budget_gib": args.budget_gib}
-        if checked:
-            fig["checked_peak_gib"] = round(checked[best] / GIB, 3)
+                     f"{per / 2**20:.0f}{extra} |")
         found.append({"row": f"remat {policy}, shaking {'on' if shake else 'off'}",
                       "overrides": [f"model.remat_policy={policy}"] + (
                           ["model.shake_factor=1.0", "shake.variant=random"] if shake else []),
-                      "figures": fig})
+                      "figures": {"fixed_gib": round(fixed / GIB, 3),
+                                  "mib_per_example": round(per / 2**20, 1)}})
     from kjax.shake.matrix import B_DTYPE
     b_bytes = args.seq * args.seq * np.dtype(B_DTYPE).itemsize
     notes = (f"{args.shape}, seq {args.seq}, {args.dtype} compute, fp32 params + AdamW; per-device"

@@ -68,7 +68,7 @@ def main():
     print(f"ready: peer: compile + first step {peer.wait()['ready']:.1f} s", flush=True)
     times = harness.alternate({**mine, "peer": peer}, args.rounds, args.steps)
     peer.close()
-    from kjax.train.metrics import peak_flops
+    from kjax.train.peak_flops import peak_flops
     first = next(iter(mine.values()))
     peak = peak_flops(config)
     shape = {"seq": args.seq, "batch": args.batch, "dtype": config.model.dtype}

@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     records.add_arguments(ap)
     args = ap.parse_args()
-    from kjax.train.metrics import measure_matmul_flops, peak_flops
+    from kjax.train.peak_flops import measure_matmul_flops, peak_flops
     runs = {}
     for preset in args.preset or ["demo", "uknow_small"]:
         for name, extra in variants(args):

@@ -121,7 +121,7 @@ def _preempted(result: dict) -> int:
 
 
 def _progress(args, config) -> int:
-    from kjax.finetune.progress import run_progress
+    from kjax.finetune.scores_by_step import run_progress
     if args.stop_at is not None:
         from kjax.errors import KjaxError
         raise KjaxError("--stop-at and --every-checkpoint do not combine; rerun the same "

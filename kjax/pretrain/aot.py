@@ -220,7 +220,7 @@ def target_devices(topology_text: str):
         return (devices, f"local: {len(devices)}× {devices[0].device_kind} on {hosts} "
                 f"process(es)", None, None, None)
     from kjax.parallel.topology import parse_topology, topology_devices
-    from kjax.train.metrics import DATASHEET_PEAKS
+    from kjax.train.peak_flops import DATASHEET_PEAKS
     topo = parse_topology(topology_text)
     devices = topology_devices(topo)
     hosts = len({d.process_index for d in devices})

@@ -41,7 +41,9 @@ from kjax.pretrain import phases
 from kjax.pretrain.resume_policy import check_resume
 from kjax.model.flash import tuning as flash_tuning
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
-from kjax.train.metrics import Goodput, MetricWriter, peak_flops, plot_loss_curve
+from kjax.train.goodput import Goodput
+from kjax.train.metrics import MetricWriter, plot_loss_curve
+from kjax.train.peak_flops import peak_flops
 from kjax.train.profiler import StepProfiler
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
