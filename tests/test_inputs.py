@@ -201,7 +201,7 @@ def test_the_objective_registry_is_bit_identical_to_the_hand_composition(tmp_pat
     explicit MLM + w·NSP + Σ w·knowledge of kjax.losses.pretraining, bit for bit."""
     import jax.numpy as jnp
     from kjax.config import defaults
-    from kjax.losses.pretraining import pretraining_loss
+    from loss_oracle import pretraining_loss
     rng = np.random.default_rng(3)
     b, p, v, k, s, n = 2, 3, 11, 4, 6, 2
     config = defaults()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from kjax.losses.knowledge import hypernym_loss, knowledge_losses, sense_loss, verb_loss
+from kjax.losses.knowledge import hypernym_loss, sense_loss, verb_loss
+from loss_oracle import knowledge_losses
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.knowledge_heads import KnowledgeHeads
@@ -201,7 +202,7 @@ def group(path) -> str:
 
 @pytest.mark.parametrize("loss_name", sorted(TRAINS))
 def test_each_knowledge_loss_trains_only_its_own_parameters(loss_name):
-    from kjax.losses.pretraining import pretraining_loss
+    from loss_oracle import pretraining_loss
     cfg = enc_config(input_mode="multihot", num_pos_tags=8, max_tokens_per_morpheme=2)
     model = BertForPreTraining(cfg, deterministic=True)
     batch = jax.tree.map(jnp.asarray, multihot_batch(np.random.default_rng(0)))
@@ -227,7 +228,7 @@ def test_eval_reports_every_head_as_weighted_sums_with_the_training_weights(tmp_
     """`kjax eval` reports the hypernym/sense/verb metrics, and its "loss"
     weighs every objective as training does, train.nsp_weight included."""
     from kjax.batches.loader import empty_row
-    from kjax.losses.pretraining import pretraining_loss
+    from loss_oracle import pretraining_loss
     from kjax.parallel.mesh import make_mesh, put_batch
     from kjax.train.state import init_state, make_model, make_optimizer
     from kjax.train.step import _forward, make_eval_step, objective_weights, summarize_eval

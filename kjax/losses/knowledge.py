@@ -49,16 +49,3 @@ def verb_loss(logits, batch):
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(targets, 0))
     correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
     return _mean(ce, weights), {"verb_accuracy": _mean(correct, weights)}
-
-
-def knowledge_losses(outputs: dict, batch: dict, weights) -> tuple[jax.Array, dict]:
-    """Σ weight · loss over the heads present; metrics per head."""
-    total, metrics = 0.0, {}
-    for name, key, fn in (("hypernym", "hyp_logits", hypernym_loss),
-                          ("sense", "sense_pred", sense_loss),
-                          ("verb", "verb_logits", verb_loss)):
-        if key in outputs:
-            loss, m = fn(outputs[key], batch)
-            total = total + weights[name] * loss
-            metrics.update({f"{name}_loss": loss, **m})
-    return total, metrics

@@ -3,15 +3,14 @@
 MLM logits exist only at the gathered masked positions ([b, p, V]); padded
 prediction slots have weight 0 and count nowhere.
 
-The train and eval steps sum the objectives of kjax/objectives; the explicit
-composition `pretraining_loss` below is what the tests hold them to.
+The train and eval steps sum the objectives of kjax/objectives (the one
+composition of the pretraining loss); these are the pieces they call.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 import optax
 
-from kjax.losses.knowledge import knowledge_losses
 from kjax.losses.multihot import get_multihot_loss, multihot_accuracy
 
 
@@ -32,24 +31,3 @@ def multihot_mlm(logits, batch, name: str):
     loss, _ = get_multihot_loss(name)(*args)
     accuracy, correct = multihot_accuracy(*args)
     return loss, accuracy
-
-
-def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: str = "ce",
-                     knowledge_weights: dict | None = None):
-    """MLM + nsp_weight·NSP (+ Σ weight·knowledge loss, METHODS §2.5), written out
-    by hand: the reference for kjax.objectives.pretraining_loss."""
-    if mlm == "ce":
-        mlm_loss, mlm_acc = weighted_ce(outputs["mlm_logits"], batch["mlm_ids"],
-                                        batch["mlm_weights"])
-    else:
-        mlm_loss, mlm_acc = multihot_mlm(outputs["mlm_logits"], batch, mlm)
-    nsp_loss, nsp_acc = weighted_ce(outputs["nsp_logits"], batch["nsp_labels"],
-                                    batch["nsp_weights"])
-    loss = mlm_loss + nsp_weight * nsp_loss
-    metrics = {"mlm_loss": mlm_loss, "mlm_accuracy": mlm_acc,
-               "nsp_loss": nsp_loss, "nsp_accuracy": nsp_acc}
-    if knowledge_weights:
-        extra, knowledge_metrics = knowledge_losses(outputs, batch, knowledge_weights)
-        loss = loss + extra
-        metrics.update(knowledge_metrics)
-    return loss, {"loss": loss, **metrics}
