@@ -143,3 +143,20 @@ def test_a_config_file_rewritten_within_the_second_loads_its_new_values(tmp_path
         os.utime(path, (1_700_000_000, 1_700_000_000))
         assert load_config(str(path)).model.num_layers == layers
     assert os.listdir(tmp_path) == ["kjax_config.py"] and sys.dont_write_bytecode is False
+
+
+def test_the_model_takes_the_schemas_defaults():
+    """One source per default: EncoderConfig's fields default to the schema's
+    model.* keys, except the three it holds in a resolved form."""
+    import dataclasses
+    from kjax.config.schema import MODEL
+    from kjax.model.config import EncoderConfig
+    resolved = {"scan_unroll": (1, -1), "attention_tiles": ((), {}), "shake_factor": ((), 0.0)}
+    for field in dataclasses.fields(EncoderConfig):
+        if field.name in resolved:
+            assert (field.default, MODEL[field.name].default) == resolved[field.name]
+        elif field.name in MODEL:
+            assert field.default == MODEL[field.name].default, field.name
+    built = EncoderConfig.from_config(defaults().model)   # scan_unroll on CPU: 1
+    assert dataclasses.replace(built, shake_factor=()) == EncoderConfig()
+    assert built.shake_factor == (0.0,) * built.num_layers

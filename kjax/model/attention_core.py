@@ -44,10 +44,9 @@ import jax.numpy as jnp
 from kjax.config.platform import platform
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash import MASK_VALUE, sharded_flash_attention
-from kjax.shake.matrix import SHAKE_PAIR_KEYS, shake_from_batch
 
-__all__ = ["IMPLS", "MASK_VALUE", "SHAKE_PAIR_KEYS", "choose_impl", "dense_shake",
-           "fused_attention", "logits_mask", "shake_from_batch"]
+__all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "fused_attention",
+           "logits_mask"]
 
 
 def dense_shake(shake, seq_len: int):

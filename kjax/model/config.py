@@ -7,46 +7,63 @@ import dataclasses
 import jax.numpy as jnp
 
 from kjax.config.schema import ATTENTION_IMPLS  # noqa: F401 (kjax/model/attention_core.py)
+from kjax.config.schema import MODEL
 from kjax.config.platform_defaults import resolved_value
-from kjax.config.schema import ARCHS  # noqa: F401 (kjax/train/state.py)
 from kjax.inputs import input_mode
+
+
+def _schema(key: str):
+    """The default of model.KEY: one source for the config tree and the model."""
+    return MODEL[key].default
 
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-    arch: str = "bert"                 # bert (encoder.py) | modern (modern.py)
-    vocab_size: int = 32000
-    hidden_size: int = 768
-    embedding_size: int = 0           # E of the embedding tables; 0: hidden_size (ELECTRA-small: E < H)
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.1
-    attention_dropout_broadcast: bool = False   # one mask for every example and head (HF Flax)
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    input_mode: str = "onehot"        # a mode of kjax/inputs; it names the embedding path
-    num_pos_tags: int = 64
-    max_tokens_per_morpheme: int = 16
+    """The model's view of the `model` (and `knowledge`) branches: the schema's
+    defaults, except where the model holds a resolved form — scan_unroll (the
+    schema's -1 is `auto`, resolved by the platform), attention_tiles (a sorted
+    tuple, hashable) and shake_factor (one bf per layer) — and the knowledge
+    heads, which exist where their loss is on."""
+    arch: str = _schema("arch")  # bert (encoder.py) | modern (modern.py) | electra (electra.py)
+    vocab_size: int = _schema("vocab_size")
+    hidden_size: int = _schema("hidden_size")
+    # E of the embedding tables; 0: hidden_size (ELECTRA-small: E < H)
+    embedding_size: int = _schema("embedding_size")
+    num_layers: int = _schema("num_layers")
+    num_heads: int = _schema("num_heads")
+    intermediate_size: int = _schema("intermediate_size")
+    max_position_embeddings: int = _schema("max_position_embeddings")
+    type_vocab_size: int = _schema("type_vocab_size")
+    dropout_rate: float = _schema("dropout_rate")
+    attention_dropout_rate: float = _schema("attention_dropout_rate")
+    # one mask for every example and head (HF Flax)
+    attention_dropout_broadcast: bool = _schema("attention_dropout_broadcast")
+    layer_norm_eps: float = _schema("layer_norm_eps")
+    initializer_range: float = _schema("initializer_range")
+    input_mode: str = _schema("input_mode")  # a mode of kjax/inputs; it names the embedding path
+    num_pos_tags: int = _schema("num_pos_tags")
+    max_tokens_per_morpheme: int = _schema("max_tokens_per_morpheme")
     # Knowledge heads (METHODS §2.5), pretraining only.
     hypernym_head: bool = False
     sense_dim: int = 0
     verb_head: bool = False
-    dtype: str = "bfloat16"
-    param_dtype: str = "float32"
-    scan_layers: bool = True
+    dtype: str = _schema("dtype")
+    param_dtype: str = _schema("param_dtype")
+    scan_layers: bool = _schema("scan_layers")
     scan_unroll: int = 1               # layers per scanned iteration; 0: all (no loop)
-    remat_policy: str = "none"
-    attention_impl: str = "auto"       # kjax/model/attention_core.py
+    remat_policy: str = _schema("remat_policy")
+    attention_impl: str = _schema("attention_impl")  # kjax/model/attention_core.py
     attention_tiles: tuple = ()        # ((signature, "F/DQ/DKV" or "table"), ...): flash_tuning.py
     # modern only (ModernBERT): RoPE bases, local window, global-layer period.
-    rope_theta: float = 160_000.0
-    local_rope_theta: float = 10_000.0
-    local_attention: int = 128
-    global_attn_every_n_layers: int = 3
+    rope_theta: float = _schema("rope_theta")
+    local_rope_theta: float = _schema("local_rope_theta")
+    local_attention: int = _schema("local_attention")
+    global_attn_every_n_layers: int = _schema("global_attn_every_n_layers")
+    # electra only: the generator's size (0: ELECTRA's rule, kjax/model/electra.py).
+    generator_hidden_size: int = _schema("generator_hidden_size")
+    generator_num_layers: int = _schema("generator_num_layers")
+    generator_num_heads: int = _schema("generator_num_heads")
+    generator_intermediate_size: int = _schema("generator_intermediate_size")
     # Eq. 1 boost factor: one value per layer (all equal for a scalar bf).
     shake_factor: tuple[float, ...] = ()
 
@@ -65,8 +82,8 @@ class EncoderConfig:
 
     @property
     def use_bias(self) -> bool:
-        """BERT's projections carry biases; the modern recipe's have none."""
-        return self.arch == "bert"
+        """BERT's (and ELECTRA's) projections carry biases; the modern recipe's have none."""
+        return self.arch != "modern"
 
     def global_layer(self, i: int) -> bool:
         """modern: layer i attends globally (ModernBERT: every third, from layer 0)."""
