@@ -18,7 +18,8 @@ Each --variant is a label, '=', comma-separated config overrides on top of
 the preset (default: the preset alone). Needs jax's CUDA plugin for the
 H100 target (`make gpu-check` builds build/gpu-venv); `--target cpu`
 compiles for this host instead. `--hlo DIR` keeps each optimized HLO. One
-record per variant (benchmarks/results/hlo_traffic.jsonl).
+record per variant (benchmarks/results/hlo_traffic.jsonl). Nothing runs on
+a device, so jax runs on its CPU backend whatever JAX_PLATFORMS says.
 """
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ import argparse
 import os
 import sys
 import time
+
+# Before anything imports jax, which reads JAX_PLATFORMS once: only compiling
+# happens here, and any other value ("", "cuda") has jax start the CUDA plugin
+# as a backend, which on a host without a GPU leaves no topology to compile for.
+if os.environ.get("JAX_PLATFORMS", "cpu") != "cpu":
+    print(f"hlo_traffic: JAX_PLATFORMS={os.environ['JAX_PLATFORMS']!r} replaced by 'cpu' "
+          f"(the programs are compiled, not run)", file=sys.stderr)
+os.environ["JAX_PLATFORMS"] = "cpu"
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402
@@ -62,7 +71,6 @@ def main():
     ap.add_argument("--hlo", help="folder for each variant's optimized HLO")
     records.add_arguments(ap)
     args = ap.parse_args()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
     devs = devices(args.target)
     if args.hlo:
         os.makedirs(args.hlo, exist_ok=True)

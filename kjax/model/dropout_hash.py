@@ -151,10 +151,12 @@ def keep_mask(words, shape, rate: float, broadcast: bool = False, examples=None)
         + jnp.arange(h, dtype=jnp.int32)[None, :, None, None])
     seed = plane_seed(words[0], words[1], plane)
     rows = jnp.arange(q, dtype=jnp.int32)[:, None]
-    pairs = jnp.arange((k + 1) // 2, dtype=jnp.int32)[None, :]
-    even, odd = _lanes(pair_hash(seed, rows, pairs, k), rate)
-    lanes = jnp.stack(jnp.broadcast_arrays(even, odd), axis=-1)
-    return jnp.broadcast_to(lanes.reshape(lanes.shape[:-2] + (-1,))[..., :k], shape)
+    # One hash per entry, not per pair with the lanes stacked: XLA:GPU writes a
+    # stacked mask out as its own kernel and keeps it for the backward, where
+    # the select that applies it no longer fuses; per entry the hash fuses into
+    # both uses.
+    cols = jnp.arange(k, dtype=jnp.int32)[None, :]
+    return jnp.broadcast_to(keep(seed, rows, cols, k, rate), shape)
 
 
 def dropout(probs, words, rate: float, broadcast: bool = False, examples=None):
@@ -174,9 +176,8 @@ def hidden_keep_mask(words, shape, rate: float, examples=None):
     b, s, d = shape
     seed = plane_seed(words[0], words[1], example_index(examples, b)[:, None, None])
     rows = jnp.arange(s, dtype=jnp.int32)[None, :, None]
-    pairs = jnp.arange((d + 1) // 2, dtype=jnp.int32)[None, None, :]
-    even, odd = _lanes(pair_hash(seed, rows, pairs, d), rate)
-    return jnp.stack([even, odd], axis=-1).reshape(b, s, -1)[..., :d]
+    cols = jnp.arange(d, dtype=jnp.int32)[None, None, :]
+    return keep(seed, rows, cols, d, rate)   # per entry, as keep_mask: fuses into its uses
 
 
 def hidden_dropout(x, words, rate: float, examples=None):
