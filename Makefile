@@ -33,7 +33,8 @@ $(DEV): $(STAMP)
 venv: $(DEV)
 
 # A real small pretraining on CPU on the embedded Korean corpus (see README).
-# `make demo DEMO_ARGS=--uknowbert`: UKnowBERT-S (tiny) with all five objectives.
+# `make demo DEMO_ARGS=--uknowbert`: UKnowBERT-S (tiny) with all five objectives;
+# `make demo DEMO_ARGS=--electra`: ELECTRA (tiny): a generator and its discriminator.
 # Each demo has its own run folder (runs/demo, runs/demo_uknowbert, ...); run
 # again, it continues that run and deletes nothing.
 # The demo's LibreOffice prose is Debian's libreoffice-help-ko, fetched once into
@@ -123,7 +124,7 @@ gpu-check: $(GPU_VENV)/.installed
 # headers), then docs/PERFORMANCE.md's tables from benchmarks/results. On a
 # clean checkout it changes nothing (the tests check both).
 docs: $(STAMP)
-	$(PY) -m kjax.compile_checks.figures
+	$(PY) -m compile_checks.figures
 	$(PY) benchmarks/report.py
 
 clean:

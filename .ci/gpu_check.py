@@ -9,14 +9,14 @@ shared memory, HBM, cuDNN 9.28), given to jax as a deviceless topology. The
 step is traced for the GPU (kjax.config.platform: attention takes the path a
 GPU would, cuDNN where `auto` picks it), compiled, and its optimized HLO
 checked: no scatter-add into a small embedding table, no 16-bit scatter
-without unique indices (kjax/compile_checks/hlo.py); where the step holds
+without unique indices (compile_checks/hlo.py); where the step holds
 kjax's Pallas kernels, ptxas assembles their PTX for sm_90a and none may
-spill registers or serialize its wgmma (kjax/compile_checks/ptx.py). Prints
+spill registers or serialize its wgmma (compile_checks/ptx.py). Prints
 compile time and memory per device. Verdicts come from .ci/compile_record.json
 when the lowered program, plugin and target config are the ones recorded
-(kjax/compile_checks/record.py); in the default mode any other case is
+(compile_checks/record.py); in the default mode any other case is
 compiled and fails the check until the record is rewritten, which also
-rewrites docs/GPU.md's table from it (kjax/compile_checks/figures.py).
+rewrites docs/GPU.md's table from it (compile_checks/figures.py).
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only compiles
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.compile_checks import figures  # noqa: E402  (no jax)
-from kjax.compile_checks.cases import GPU_CASES as CASES, gpu_case_id  # noqa: E402
-from kjax.compile_checks.record import MODES, Record  # noqa: E402
-from kjax.compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
+from compile_checks import figures  # noqa: E402  (no jax)
+from compile_checks.cases import GPU_CASES as CASES, gpu_case_id  # noqa: E402
+from compile_checks.record import MODES, Record  # noqa: E402
+from compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
                                          device_memory, h100_target)
 
 GIB = 1 << 30
@@ -42,11 +42,11 @@ RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 def compile_verdict(lowered, pallas: bool = False) -> dict:
     """XLA's verdict for the H100: memory per device and the HLO checks' lines;
     with `pallas`, ptxas' report on the Pallas kernels (sm_90a: registers, and a
-    line for each that spills or serializes its wgmma; kjax/compile_checks/ptx.py)."""
+    line for each that spills or serializes its wgmma; compile_checks/ptx.py)."""
     import tempfile
 
-    from kjax.compile_checks import ptx as ptx_checks
-    from kjax.compile_checks.hlo import scatter_findings
+    from compile_checks import ptx as ptx_checks
+    from compile_checks.hlo import scatter_findings
     from kjax.pretrain.aot import peak_bytes
     ptxas = ptx_checks.find_ptxas() if pallas else None
     if pallas and ptxas is None:
@@ -74,7 +74,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
     from kjax.config import load_config
     from kjax.objectives import check_config
-    from kjax.compile_checks import record as cr
+    from compile_checks import record as cr
     from kjax.pretrain import aot
     config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
@@ -130,8 +130,8 @@ def main() -> int:
         print(f"gpu-check: {e}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    from kjax.compile_checks.record import without_locations
-    from kjax.compile_checks.targets import h100_devices
+    from compile_checks.record import without_locations
+    from compile_checks.targets import h100_devices
     try:
         devices = h100_devices(target_text)
     except Exception as e:  # noqa: BLE001 - no plugin: jax raises several kinds

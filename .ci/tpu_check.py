@@ -5,7 +5,7 @@ TPU (`make tpu-check`; CI runs it after the tests and the wheel check).
     python .ci/tpu_check.py --record write           # compile what the record lacks
     python .ci/tpu_check.py --only v3_8,shake --fit-batch --jobs 1
 
-The cases (kjax/compile_checks/cases.py), one topology per preset family:
+The cases (compile_checks/cases.py), one topology per preset family:
 the four slice presets on their own slice (demo also on a v3-128, 16 hosts),
 every model preset on a v3-8 (8 cores, 16 GiB each: the smallest slice the
 thesis used), and the features that change the compiled program on a small
@@ -15,14 +15,14 @@ fails to compile, or fits where XLA should refuse fails the check. Programs
 that are the same up to constants (the SHAKE variants' bf) compile once
 (kjax.pretrain.aot.compile_step). Prints a Markdown table of the cases.
 
-Verdicts are keyed by the program (kjax/compile_checks/record.py): every
+Verdicts are keyed by the program (compile_checks/record.py): every
 case is lowered and its hash looked up in .ci/compile_record.json; a case
 recorded with the same program and libtpu takes the recorded verdict, any
 other compiles, and in the default mode (CI) fails until the record is
 rewritten (`--record write`, `make tpu-check RECORD=write`) and committed.
 Writing the record also writes the figures quoted from it: the presets'
 memory paragraphs and docs/TPU.md's and docs/GPU.md's tables
-(kjax/compile_checks/figures.py).
+(compile_checks/figures.py).
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
-from kjax.compile_checks import figures  # noqa: E402  (no jax)
-from kjax.compile_checks.cases import TPU_CASES as CASES, tpu_case_id  # noqa: E402
-from kjax.compile_checks.record import MODES, Record  # noqa: E402
+from compile_checks import figures  # noqa: E402  (no jax)
+from compile_checks.cases import TPU_CASES as CASES, tpu_case_id  # noqa: E402
+from compile_checks.record import MODES, Record  # noqa: E402
 
 GIB = 1 << 30
 
@@ -52,7 +52,7 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
     holds for this program and libtpu, else compile (compile_record.settle)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
-    from kjax.compile_checks import record as cr
+    from compile_checks import record as cr
     from kjax.pretrain import aot, fit
     config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
                          [f"--config.{o}" for o in overrides if not o.startswith("phase=")])
@@ -116,7 +116,7 @@ def run_group(cases, fit: bool, record=None, mode: str = "check") -> list[tuple]
     """(table row, failure or None, record entry or None) for each case, in
     one process: cases that may share a program (compile_step's cache) run
     in the same one."""
-    from kjax.compile_checks.record import without_locations
+    from compile_checks.record import without_locations
     with without_locations():
         return [one_case(case, fit, record, mode) for case in cases]
 

@@ -14,6 +14,12 @@ case $where in
   *) echo "wheel-check: kjax came from $where, not from $VENV" >&2; exit 1 ;;
 esac
 
+# The repository's tooling stays out of the wheel (compile_checks/ is the checkout's).
+if "$VENV/bin/python" -c 'import compile_checks' 2>/dev/null ||
+   "$VENV/bin/python" -c 'import kjax.compile_checks' 2>/dev/null; then
+  echo "wheel-check: the installed package holds compile_checks, repository tooling" >&2; exit 1
+fi
+
 # Every verb (and sub-verb) of the parser, each with --help.
 mapfile -t VERBS < <("$VENV/bin/python" - <<'PY'
 import argparse

@@ -176,10 +176,10 @@ def table(recs: list[dict], rows: list[Row]) -> list[str]:
 
 
 def tpu_table() -> list[str]:
-    """docs/TPU.md's table (kjax/compile_checks/figures.py), for the slice presets and
+    """docs/TPU.md's table (compile_checks/figures.py), for the slice presets and
     the large models only."""
-    from kjax.compile_checks import cases, figures
-    from kjax.compile_checks.record import RECORD, Record
+    from compile_checks import cases, figures
+    from compile_checks.record import RECORD, Record
     chosen = [c for c in cases.TPU_CASES if c[0] in TPU_PRESETS and not c[2]]
     try:
         entries = Record(RECORD).entries
@@ -264,7 +264,7 @@ def predictions(recs: list[dict]) -> list[str]:
 def with_block(text: str, name: str, lines: list[str]) -> str:
     begin = (f"<!-- {name}: written by `{COMMAND}` (make docs) from benchmarks/results "
              f"and .ci/compile_record.json; edit those, not this -->")
-    from kjax.compile_checks.figures import MissingFigures, between_marks
+    from compile_checks.figures import MissingFigures, between_marks
     try:
         return between_marks(text, begin, f"<!-- end of {name} -->", lines, DOC)
     except MissingFigures as e:

@@ -28,6 +28,13 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join(filter(None, (
         os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0")))
 
+import sys  # noqa: E402
+
+# The repository's own tooling (compile_checks/: the compile record, HLO and
+# ptxas checks, the figure writer) is not in the installed package: the tests
+# import it from the checkout.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import gcs  # noqa: E402
 
 # gs:// everywhere in the tests means the local emulator (tests/gcs.py), for

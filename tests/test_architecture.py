@@ -37,7 +37,7 @@ LAYERS = (
     ("parallel", ("kjax.parallel",)),
     ("train", ("kjax.train",)),
     ("checkpoint", ("kjax.checkpoint",)),
-    ("pretrain", ("kjax.pretrain", "kjax.compile_checks")),
+    ("pretrain", ("kjax.pretrain",)),
     ("tools", ("kjax.finetune", "kjax.export", "kjax.analysis")),
     ("cli", ("kjax.cli",)),
 )

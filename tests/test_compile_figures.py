@@ -1,4 +1,4 @@
-"""The figures written from the compile record (kjax/compile_checks/figures.py):
+"""The figures written from the compile record (compile_checks/figures.py):
 what is committed in the presets' headers and the tables of docs/TPU.md and
 docs/GPU.md is what the committed record writes, and the writing itself,
 on a small record made here."""
@@ -11,9 +11,9 @@ import os
 import pytest
 
 from conftest import ROOT
-from kjax.compile_checks import figures
-from kjax.compile_checks.record import case_id
-from kjax.compile_checks.targets import H100_TOPOLOGY
+from compile_checks import figures
+from compile_checks.record import case_id
+from compile_checks.targets import H100_TOPOLOGY
 
 GENERATED = sorted(glob.glob(os.path.join(ROOT, "tpu_configs", "*.py"))) + [
     os.path.join(ROOT, "docs", "TPU.md"), os.path.join(ROOT, "docs", "GPU.md")]
@@ -31,7 +31,7 @@ def test_the_committed_figures_are_what_the_record_writes(written, path):
         committed = f.read()
     assert committed == written[path], (
         f"{os.path.relpath(path, ROOT)} quotes other figures than .ci/compile_record.json: "
-        f"run `python -m kjax.compile_checks.figures` and commit it")
+        f"run `python -m compile_checks.figures` and commit it")
 
 
 def entry(preset, topology, overrides=(), kind="tpu", **verdict):
@@ -123,7 +123,7 @@ Throughput: kept as it is.
 from kjax.config import defaults
 '''
 MARKS = ("<!-- {name}: written from .ci/compile_record.json by `python -m "
-         "kjax.compile_checks.figures` (make tpu-check / gpu-check RECORD=write run it); edit "
+         "compile_checks.figures` (make tpu-check / gpu-check RECORD=write run it); edit "
          "the record, not this -->\n{body}\n<!-- end of {name} -->")
 
 
@@ -189,7 +189,7 @@ def test_the_command_checks_and_writes(tmp_path, monkeypatch, capsys):
     assert figures.main(["--check", *record]) == 1
     err = capsys.readouterr().err
     assert "figures: differs from the record" in err and "tiny.py" in err
-    assert "run `python -m kjax.compile_checks.figures` and commit the files" in err
+    assert "run `python -m compile_checks.figures` and commit the files" in err
     assert figures.main(record) == 0 and figures.main(["--check", *record]) == 0
     (tmp_path / "record.json").write_text("[{")
     assert figures.main(["--check", *record]) == 2

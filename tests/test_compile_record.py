@@ -1,4 +1,4 @@
-"""Compile verdicts keyed by the program (kjax/compile_checks/record.py,
+"""Compile verdicts keyed by the program (compile_checks/record.py,
 .ci/tpu_check.py). The checks' compilers (libtpu, the CUDA plugin)
 are not in the test venv: the case is lowered for real on the 8 CPU devices
 (`--topology local`, the same code path) and compiled by a scripted compiler
@@ -14,8 +14,8 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from kjax.compile_checks import record as cr
-from kjax.compile_checks.targets import h100_target
+from compile_checks import record as cr
+from compile_checks.targets import h100_target
 from kjax.pretrain import aot
 
 

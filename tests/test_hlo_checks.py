@@ -1,4 +1,4 @@
-"""The optimized-HLO checks of `make gpu-check` (kjax/compile_checks/hlo.py),
+"""The optimized-HLO checks of `make gpu-check` (compile_checks/hlo.py),
 on snippets written as XLA:GPU prints them (the bert_base step's scatters,
 jax 0.10.2, H100 target), the kernel/transpose/traffic count
 benchmarks/step/hlo_traffic.py prints, and the platform attention lowers for."""
@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from kjax.compile_checks.hlo import kernel_traffic, scatter_findings
+from compile_checks.hlo import kernel_traffic, scatter_findings
 
 TOKEN_TYPE = ("  ROOT %scatter-add.12.1 = bf16[2,768]{1,0} scatter(%param_0.2469, %bitcast.160.2, "
               "%bitcast.199.2), update_window_dims={1,2}, inserted_window_dims={}, "

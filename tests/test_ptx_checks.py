@@ -1,5 +1,5 @@
 """ptxas' report on the Pallas kernels, as `make gpu-check` reads it
-(kjax/compile_checks/ptx.py): the report below is ptxas 13.5's own output for
+(compile_checks/ptx.py): the report below is ptxas 13.5's own output for
 kjax's dk/dv kernel at 128 × 128 tiles with 4 warps (sm_90a), the
 tiling that spilled; the PTX folder is a hand-made dump with a fake ptxas."""
 import os
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from kjax.compile_checks.ptx import assemble, dumped_kernels, findings, parse_ptxas
+from compile_checks.ptx import assemble, dumped_kernels, findings, parse_ptxas
 
 SPILLING = """\
 ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are \

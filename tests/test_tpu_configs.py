@@ -58,7 +58,7 @@ def test_a_mesh_that_misses_the_slice_is_a_clear_error():
 
 def test_ci_compiles_every_preset():
     """`make tpu-check` (CI) has a case for every file in tpu_configs/, the
-    one its header's memory paragraph quotes (kjax/compile_checks/cases.py)."""
+    one its header's memory paragraph quotes (compile_checks/cases.py)."""
     spec = importlib.util.spec_from_file_location("tpu_check",
                                                   os.path.join(ROOT, ".ci", "tpu_check.py"))
     module = importlib.util.module_from_spec(spec)
@@ -66,6 +66,6 @@ def test_ci_compiles_every_preset():
     presets = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "tpu_configs",
                                                                         "*.py"))}
     assert presets <= {case[0] for case in module.CASES if case[4]}
-    from kjax.compile_checks.cases import header_case
+    from compile_checks.cases import header_case
     assert all(header_case(p, module.CASES)[4] for p in presets)   # alone on its slice: fits
 

@@ -85,6 +85,9 @@ def test_the_wheel_holds_every_module_preset_and_data_file(wheel):
     assert presets and {f"kjax/tpu_configs/{f}" for f in presets} <= names
     for data in ("hypernyms.tsv", "sense_vectors.tsv", "case_frames.tsv", "README.md"):
         assert f"kjax/knowledge/data/{data}" in names
+    # the repository's tooling is the checkout's, not the user's
+    assert os.path.isdir(os.path.join(ROOT, "compile_checks"))
+    assert not [n for n in names if "compile_checks" in n]
 
 
 def setuptools_outputs() -> dict:

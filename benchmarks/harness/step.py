@@ -18,7 +18,7 @@ from harness.proc import cache_files
 
 # the H100 described to this CPU host, as make gpu-check compiles for it, and
 # the peak of a compiled step as `kjax compile` reports it
-from kjax.compile_checks.targets import h100_devices  # noqa: E402,F401
+from compile_checks.targets import h100_devices  # noqa: E402,F401
 from kjax.pretrain.aot import peak_bytes  # noqa: E402,F401
 
 

@@ -6,7 +6,7 @@ H100 described to this CPU host (.ci/h100_sxm.txtpb, jax's CUDA plugin, as
 `make gpu-check`); XLA dumps each kernel's PTX and ptxas (from jax's CUDA
 wheels) assembles it for sm_90a: registers per thread, bytes spilled, the
 kernel's wgmma instructions and whether ptxas serialized them for lack of
-registers (kjax/compile_checks/ptx.py). Each candidate tiling of one kernel
+registers (compile_checks/ptx.py). Each candidate tiling of one kernel
 is compiled with the other two kernels at their defaults
 (kjax/model/flash/tiles.py), for each case. Not timings: which tilings
 spill is decided here, which of the clean ones is fastest needs a GPU
@@ -86,7 +86,7 @@ def main():
     args = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")   # the H100 is described, not here
     from kjax.model.flash.tiles import Tiles, kernel_tiles
-    from kjax.compile_checks.ptx import dumped_kernels, find_ptxas
+    from compile_checks.ptx import dumped_kernels, find_ptxas
     ptxas = find_ptxas()
     if ptxas is None:
         raise SystemExit("flash_tiles: no ptxas (jax's CUDA wheels): run it with "

@@ -2,7 +2,7 @@
 step compiled for an H100 described to this CPU host (.ci/h100_sxm.txtpb, as
 `make gpu-check` does) and counted in its optimized HLO: kernels (fusions and
 custom calls), transposes, the bytes their operands and results move (an
-upper bound on the step's memory traffic; kjax/compile_checks/hlo.py
+upper bound on the step's memory traffic; compile_checks/hlo.py
 kernel_traffic) and XLA's temporaries. Not timings: docs/PERFORMANCE.md
 turns the bytes into a predicted ms against the card's bandwidth. Only the
 entry computation is counted: the GPU's default unrolls the layers; a
@@ -48,7 +48,7 @@ def devices(target: str):
 
 def measure(config, devs, hlo_path: str | None) -> dict:
     from kjax.pretrain import aot
-    from kjax.compile_checks.hlo import kernel_traffic
+    from compile_checks.hlo import kernel_traffic
     start = time.perf_counter()
     compiled = aot.lower(config, devs).compile()
     seconds = time.perf_counter() - start

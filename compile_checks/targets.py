@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from kjax.compile_checks.record import CHECKOUT
+from compile_checks.record import CHECKOUT
 
 H100_TARGET = os.path.join(CHECKOUT, ".ci", "h100_sxm.txtpb")
 H100_TOPOLOGY = "h100_sxm 1x1x1"   # the name its cases carry in the record

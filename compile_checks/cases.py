@@ -3,8 +3,8 @@ each, read by the checks (.ci/tpu_check.py, .ci/gpu_check.py) and by the
 tables written from the record (figures.py), in this order."""
 from __future__ import annotations
 
-from kjax.compile_checks.record import case_id
-from kjax.compile_checks.targets import H100_TOPOLOGY
+from compile_checks.record import case_id
+from compile_checks.targets import H100_TOPOLOGY
 
 SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
 FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
@@ -17,7 +17,7 @@ MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "roberta_base",
           "mbert_b", "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r",
           "uknowbert_w", "roberta_small_shake", "shake_baseline", "shake_pos_plus",
           "shake_pos_minus", "shake_random", "shake_shared_position", "shake_merged",
-          "modern_small", "modern_base"]
+          "modern_small", "modern_base", "electra_small", "electra_base"]
 # (preset, topology, overrides, what the case adds, whether XLA must accept it):
 # the slice presets on their slices, every model preset on a v3-8 (the
 # smallest slice the thesis used) but bert_large_lamb (on the v3-32 its batch

@@ -27,7 +27,7 @@ import json
 import os
 
 # the checkout the checks run from: the record and the H100 target are in its .ci/
-CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = os.path.join(CHECKOUT, ".ci", "compile_record.json")
 MODES = ("check", "write", "refresh")
 # what compiles the program, per check: the versions a verdict holds for

@@ -2,8 +2,8 @@
 quote, written from the compile record (.ci/compile_record.json), so that a
 model change is re-recorded with one command and no figure is copied by hand.
 
-    python -m kjax.compile_checks.figures           # rewrite them from the record
-    python -m kjax.compile_checks.figures --check   # exit 1 naming each file that differs
+    python -m compile_checks.figures           # rewrite them from the record
+    python -m compile_checks.figures --check   # exit 1 naming each file that differs
 
 `make tpu-check RECORD=write` and `make gpu-check RECORD=write` run it after
 they write the record. What it writes, each between fixed marks that name
@@ -23,14 +23,14 @@ import re
 import sys
 import textwrap
 
-from kjax.compile_checks.cases import (GPU_CASES, TPU_CASES, gpu_case_id, header_case,
+from compile_checks.cases import (GPU_CASES, TPU_CASES, gpu_case_id, header_case,
                                        tpu_case_id)
-from kjax.compile_checks.record import CHECKOUT, RECORD, Record
-from kjax.compile_checks.targets import device_memory, h100_target
+from compile_checks.record import CHECKOUT, RECORD, Record
+from compile_checks.targets import device_memory, h100_target
 from kjax.parallel.topology import parse_topology
 
 GIB = 1 << 30
-COMMAND = "python -m kjax.compile_checks.figures"
+COMMAND = "python -m compile_checks.figures"
 HEADER_MARK = "Memory, from .ci/compile_record.json"
 WIDTH = 79
 TPU_TABLE, GPU_TABLE = "the tpu-check table", "the gpu-check table"
@@ -211,7 +211,7 @@ def render(root: str | None = None, record_path: str = RECORD, tpu_cases=None,
         case = header_case(preset, tpu_cases)
         if case is None:
             raise MissingFigures(f"{os.path.relpath(path)} has no case of its own in "
-                                 f"kjax/compile_checks/cases.py (TPU_CASES); add one")
+                                 f"compile_checks/cases.py (TPU_CASES); add one")
         entry = _entry(entries, tpu_case_id(case))
         with open(path, encoding="utf-8") as f:
             out[path] = with_header(f.read(), header_paragraph(preset, entry, root), path)

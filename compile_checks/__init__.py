@@ -8,7 +8,9 @@ and the benchmarks and tests that read the same programs:
 - cases.py: what each check compiles;
 - figures.py: the record's memory figures, written into the presets' headers
   and the tables of docs/TPU.md and docs/GPU.md
-  (`python -m kjax.compile_checks.figures`).
+  (`python -m compile_checks.figures`).
 
-Not on any verb's path: `kjax compile` is kjax/pretrain/aot.py, which these
-checks call."""
+Repository tooling, not part of the installed kjax package (the wheel has
+none of it): .ci/, benchmarks/ and the tests import it from the checkout.
+`kjax compile`, the user's verb, is kjax/pretrain/aot.py and fit.py, which
+these checks call."""
