@@ -10,6 +10,10 @@ from kjax.losses.knowledge import hypernym_loss, sense_loss, verb_loss
 from kjax.losses.pretraining import multihot_mlm, weighted_ce
 
 
+KNOWLEDGE_HEADS = (("hypernym", "hyp_logits", hypernym_loss), ("sense", "sense_pred", sense_loss),
+                   ("verb", "verb_logits", verb_loss))
+
+
 def knowledge_losses(outputs: dict, batch: dict, weights) -> tuple[jax.Array, dict]:
     """Σ weight · loss over the heads present; metrics per head."""
     total, metrics = 0.0, {}
@@ -37,8 +41,9 @@ def pretraining_loss(outputs: dict, batch: dict, nsp_weight: float = 1.0, mlm: s
     loss = mlm_loss + nsp_weight * nsp_loss
     metrics = {"mlm_loss": mlm_loss, "mlm_accuracy": mlm_acc,
                "nsp_loss": nsp_loss, "nsp_accuracy": nsp_acc}
-    if knowledge_weights:
-        extra, knowledge_metrics = knowledge_losses(outputs, batch, knowledge_weights)
-        loss = loss + extra
-        metrics.update(knowledge_metrics)
+    for name, key, fn in KNOWLEDGE_HEADS if knowledge_weights else ():
+        if key in outputs:   # added one by one, in the registry's order
+            head_loss, m = fn(outputs[key], batch)
+            loss = loss + knowledge_weights[name] * head_loss
+            metrics.update({f"{name}_loss": head_loss, **m})
     return loss, {"loss": loss, **metrics}

@@ -90,18 +90,14 @@ def pretraining_loss(outputs: dict, batch: dict, config, shares: dict | None = N
     `shares` {objective: a microbatch's slots / its whole batch's}: each
     objective's loss and metrics scaled by it, so that their sums over the
     microbatches are the whole batch's (kjax/train/accumulation.py)."""
-    core, auxiliary, metrics = 0.0, 0.0, {}
-    for objective in enabled(config):
+    total, metrics = 0.0, {}
+    for objective in enabled(config):   # in the registry's order
         loss, m = objective.loss(outputs, batch, config)
         if shares is not None:
             loss, m = loss * shares[objective.name], {
                 k: v * shares[objective.name] for k, v in m.items()}
-        if objective.auxiliary:
-            auxiliary = auxiliary + objective.weight(config) * loss
-        else:
-            core = core + objective.weight(config) * loss
+        total = total + objective.weight(config) * loss
         metrics.update(m)
-    total = core + auxiliary
     return total, {"loss": total, **metrics}
 
 

@@ -2,11 +2,7 @@
 turns it on, its weight, its one-line config checks, the model inputs and
 batch keys it reads, and its loss and metrics from (outputs, batch). The
 train and eval steps sum what the registry (kjax/objectives/__init__.py)
-returns; nothing else names an objective.
-
-`auxiliary` objectives (the knowledge heads) are summed first and their sum
-added to the core ones (MLM + NSP): the association kjax has always used, so
-losses stay bit-identical.
+returns, in the registry's order; nothing else names an objective.
 """
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ class Objective:
     name = ""
     label = ""                          # how reports name it ("MLM"); default `name`
     metrics: tuple[str, ...] = ()       # besides f"{name}_loss"
-    auxiliary = False
     # The model's params outside the encoder that only this objective's loss
     # trains: an export writes a head only when its objective ran.
     head_params: tuple[str, ...] = ()

@@ -16,7 +16,6 @@ POSITION_KEYS = ("hyp_positions", "sense_positions")
 
 
 class KnowledgeObjective(Objective):
-    auxiliary = True
     output = ""          # the model output the loss reads
     loss_fn = None
 
