@@ -34,7 +34,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
 from compile_checks import figures  # noqa: E402  (no jax)
-from compile_checks.cases import TPU_CASES as CASES, tpu_case_id  # noqa: E402
+from compile_checks.cases import TPU_CASES as CASES, case_config, tpu_case_id  # noqa: E402
 from compile_checks.record import MODES, Record  # noqa: E402
 
 GIB = 1 << 30
@@ -50,16 +50,10 @@ VERDICT_FIELDS = ("batch_size", "seconds", "fits", "arguments", "outputs", "alia
 def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "check") -> dict:
     """Lower the case's train step; take XLA's verdict from the record when it
     holds for this program and libtpu, else compile (compile_record.settle)."""
-    from kjax.config import load_config
     from kjax.objectives import check_config
     from compile_checks import record as cr
     from kjax.pretrain import aot, fit
-    config = load_config(os.path.join(CONFIGS, f"{preset}.py"),
-                         [f"--config.{o}" for o in overrides if not o.startswith("phase=")])
-    for o in overrides:   # "phase=NAME": that phase of a preset that lists its phases
-        if o.startswith("phase="):
-            from kjax.pretrain.phases import phase_config
-            config = phase_config(config, o.split("=", 1)[1])
+    config = case_config(os.path.join(CONFIGS, f"{preset}.py"), overrides)
     check_config(config)
     devices, where, hbm, _, _ = aot.target_devices(topology)
     start = time.perf_counter()
@@ -152,10 +146,8 @@ def share(case) -> str:
 
 def weight(case) -> float:
     """A compile's rough cost: it grows with the layers' matrices and the rows per device."""
-    from kjax.config import load_config
     preset, topology, overrides = case[:3]
-    c = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
-                    [f"--config.{o}" for o in overrides])
+    c = case_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"), overrides)
     generation, cores = topology[1:].split("-")
     devices = int(cores) // (1 if generation in "23" else 2)   # v4 on: a device per chip
     rows = min(c.train.batch_size // devices, 1 << 12)

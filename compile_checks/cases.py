@@ -57,6 +57,19 @@ GPU_CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
                             "model.attention_impl=flash"], "512×32, flash: dropout + pairs B")]
 
 
+def case_config(preset_file: str, overrides):
+    """The config a case compiles: the preset with its overrides, and for a
+    `phase=NAME` override that phase of a preset that lists its phases."""
+    from kjax.config import load_config
+    from kjax.pretrain.phases import phase_config
+    config = load_config(preset_file, [f"--config.{o}" for o in overrides
+                                       if not o.startswith("phase=")])
+    for o in overrides:
+        if o.startswith("phase="):
+            config = phase_config(config, o.split("=", 1)[1])
+    return config
+
+
 def tpu_case_id(case) -> str:
     return case_id("tpu", case[0], case[1], case[2])
 
