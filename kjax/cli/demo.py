@@ -14,8 +14,8 @@ def register(verbs, add_config) -> None:
     add_config(demo, required=False)
     demo.add_argument("--workdir", default=None,
                       help="default runs/demo (runs/demo_uknowbert with --uknowbert, "
-                      "runs/demo_SCHEME with --scheme); an existing demo run is continued, "
-                      "never deleted")
+                      "runs/demo_electra with --electra, runs/demo_SCHEME with --scheme); an "
+                      "existing demo run is continued, never deleted")
     demo.add_argument("--scheme", default=None, choices=("sentencepiece", "morph-sp", "multihot"),
                       help="tokenizer scheme (default: the config's, sentencepiece)")
     demo.add_argument("--uknowbert", action="store_true",
@@ -25,14 +25,21 @@ def register(verbs, add_config) -> None:
                       help="modern: the ModernBERT recipe at demo size (pre-LN, RoPE, GeGLU, "
                       "no biases, local/global attention, MLM alone at 30 %% masking; "
                       "kjax/model/modern.py)")
+    demo.add_argument("--electra", action="store_true",
+                      help="ELECTRA at demo size (model.arch=electra): a generator a quarter "
+                      "as wide learns MLM, the discriminator tells its samples from the text "
+                      "(kjax/model/electra.py); ends with the generator's fill-mask and the "
+                      "discriminator's held-out accuracy")
     demo.set_defaults(handler=run, before_load=demo_args, distributed=True)
 
 
 def demo_args(args) -> None:
     """The demo's overrides and run folder, before its config is loaded."""
     modern = args.arch == "modern"
-    args.overrides = [*demo_overrides(args.scheme, args.uknowbert, modern), *args.overrides]
-    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, modern)
+    args.overrides = [*demo_overrides(args.scheme, args.uknowbert, modern, args.electra),
+                      *args.overrides]
+    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, modern,
+                                                args.electra)
 
 
 def run(args, config) -> int:
@@ -59,7 +66,19 @@ MODERN_DEMO = {"model.num_layers": 3, "model.intermediate_size": 192,
                "model.local_attention": 32}
 
 
-def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False) -> list[str]:
+# The ELECTRA demo: the sentencepiece demo's data and model (its tokenizer and
+# examples are shared with runs/demo), the generator a quarter as wide (32, one
+# head), λ = 50, and a peak lr of 1e-3: tiny discriminators at 2e-3 sat on the
+# replaced share's prior (docs/PRETRAINING.md, "ELECTRA", has the measurements).
+ELECTRA_DEMO = {"model.arch": "electra", "train.nsp_weight": 0.0, "train.rtd_weight": 50.0,
+                "train.learning_rate": 1e-3}
+
+
+def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False,
+                   electra: bool = False) -> list[str]:
+    if electra and (uknowbert or modern or scheme == "multihot"):
+        raise KjaxError("demo --electra trains one-hot tokens with the BERT recipe's "
+                        "discriminator: drop --uknowbert, --arch modern and --scheme multihot")
     if uknowbert:
         if scheme not in (None, "multihot"):
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
@@ -82,6 +101,8 @@ def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False) ->
     if modern:
         from kjax.config.presets import modern_overrides
         keys.update({**modern_overrides(128), **MODERN_DEMO})
+    if electra:
+        keys.update(ELECTRA_DEMO)
     if scheme or modern:  # own data folders: demos never clobber each other's
         name = "uknowbert" if uknowbert else scheme or "sentencepiece"
         data = f"runs/demo_data_{name}{'_modern' if modern else ''}"
@@ -91,12 +112,14 @@ def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False) ->
 
 DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
               ("hypernym_top1", "hyp_top1"), ("sense_cosine", "sense_cos"),
-              ("verb_accuracy", "verb_acc"))
+              ("verb_accuracy", "verb_acc"), ("rtd_accuracy", "rtd_acc"),
+              ("replaced_share", "replaced"))
 
 
-def demo_workdir(scheme: str | None, uknowbert: bool, modern: bool = False) -> str:
+def demo_workdir(scheme: str | None, uknowbert: bool, modern: bool = False,
+                 electra: bool = False) -> str:
     """Each demo its own run folder, as its own data folders (demo_overrides)."""
-    suffix = "_modern" if modern else ""
+    suffix = "_modern" if modern else "_electra" if electra else ""
     if uknowbert:
         return f"runs/demo_uknowbert{suffix}"
     return f"runs/demo_{scheme}{suffix}" if scheme else f"runs/demo{suffix}"
@@ -177,8 +200,25 @@ def run_demo(config, workdir: str) -> None:
     if "message" in result:
         print(f"{workdir}: {result['message']}")
     print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
+    if config.model.arch == "electra":
+        print("ELECTRA: the fill-mask answers below are the generator's (its MLM head)")
     show_fill_mask(config, workdir)
+    show_discriminator(workdir)
     print(f"demo took {time.time() - start:.0f} s")
+
+
+def show_discriminator(workdir: str) -> None:
+    """ELECTRA's discriminator on held-out text, against answering "original"
+    everywhere (nothing for a run without replaced-token detection)."""
+    from kjax.train.logdir import read_run_metrics
+    rows = [r for r in read_run_metrics(workdir) if r["split"] == "eval" and "rtd_accuracy" in r]
+    if not rows:
+        return
+    r = rows[-1]
+    print(f"discriminator on held-out text (step {r['step']}): {r['rtd_accuracy']:.1%} of "
+          f"tokens right, against {1 - r['replaced_share']:.1%} for \"nothing replaced\" "
+          f"({r['replaced_share']:.1%} of tokens were replaced); on replaced tokens precision "
+          f"{r['rtd_precision']:.2f}, recall {r['rtd_recall']:.2f}")
 
 
 def optional_corpora() -> dict[str, tuple[bool, str, str]]:

@@ -39,6 +39,11 @@ def run_export(args, config) -> int:
         _print(export_modern(config, args.workdir, args.out, args.step, args.dtype,
                              verify=not args.no_verify))
         return 0
+    if config.model.arch == "electra":   # OUT/discriminator and OUT/generator
+        from kjax.export.electra_pretraining import export_electra
+        _print(export_electra(config, args.workdir, args.out, args.step, args.dtype,
+                              with_heads=not args.encoder_only, verify_folders=not args.no_verify))
+        return 0
     from kjax.export.checkpoint_export import export_checkpoint
     _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
                              with_heads=not args.encoder_only, verify=not args.no_verify))
@@ -92,7 +97,9 @@ def register(verbs, add_config) -> None:
                        "that trained (MLM + NSP: BertForPreTraining; MLM alone: "
                        "BertForMaskedLM, no pooler), so pipeline('fill-mask') and "
                        "AutoModelForMaskedLM load the trained head. Knowledge heads are never "
-                       "written")
+                       "written. ELECTRA (model.arch=electra): OUT/discriminator "
+                       "(ElectraForPreTraining) and OUT/generator (ElectraForMaskedLM); "
+                       "--encoder-only: OUT/discriminator as ElectraModel alone")
     heads.add_argument("--with-pretraining-heads", action="store_true",
                        help="the default since the heads are always written; still accepted")
     ex.add_argument("--no-verify", action="store_true",

@@ -35,9 +35,9 @@ def platform_value(key: str, platform: str):
 
 def keys_for(config) -> list[str]:
     """The auto keys that act for `config`: model.scan_unroll only where layers
-    are scanned (arch bert; modern's are always unrolled, and it refuses a value)."""
+    are scanned (arch bert, electra; modern's are always unrolled, and it refuses a value)."""
     arch = config.model.get("arch", "bert") if "model" in config else "bert"
-    return [k for k in AUTO if k != "model.scan_unroll" or arch == "bert"]
+    return [k for k in AUTO if k != "model.scan_unroll" or arch != "modern"]
 
 
 def value(config, dotted: str):

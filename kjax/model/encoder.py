@@ -70,10 +70,11 @@ class Embeddings(nn.Module):
             self.postag_embeddings = table(cfg.num_pos_tags, (None, "embed"), "postag_embeddings")
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, multihot=None,
-                 example_ids=None):
+                 example_ids=None, project=True):
         """Returns (embedded positions, Input_k before LayerNorm). `position_ids`
         None: 0..s-1 in every row, a slice of the table (its gradient a sum
-        over the batch, not a scatter)."""
+        over the batch, not a scatter). `project=False`: E wide, before
+        embeddings_project (ELECTRA's generator projects with its own)."""
         if multihot is None:
             tokens = self.word_embeddings(input_ids)
         else:
@@ -89,7 +90,7 @@ class Embeddings(nn.Module):
         if multihot is not None and self.config.embedding == "segment_sum_inpos_postag":
             x = x + self.postag_embeddings(multihot["position_tags"])        # Eq. 4
         out = self.dropout(self.layer_norm(x), self.deterministic, example_ids)
-        if self.config.projects_embeddings:
+        if self.config.projects_embeddings and project:
             out = self.embeddings_project(out)
         return out, x
 

@@ -8,6 +8,7 @@ module and one line below (docs/ARCHITECTURE.md).
     hypernym   \
     sense       > UKnowBERT's knowledge heads (§2.5), on when their weight is > 0
     verb       /
+    rtd        ELECTRA's replaced-token detection, with model.arch='electra' (§6)
 
 `check_config` is the whole static check of a config: the config's own
 (kjax.config.validate), then every objective's, the input mode's and
@@ -15,15 +16,18 @@ shaking's float8 weights — all before anything is compiled.
 """
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from kjax.config import validate
 from kjax.inputs import input_mode
-from kjax.objectives import knowledge, mlm, nsp
+from kjax.objectives import knowledge, mlm, nsp, rtd
 from kjax.objectives.base import Objective
 from kjax.shake.matrix import check_weights
 
 OBJECTIVES: tuple[Objective, ...] = (
     mlm.OBJECTIVE,
     nsp.OBJECTIVE,
+    rtd.OBJECTIVE,
     knowledge.HYPERNYM,
     knowledge.SENSE,
     knowledge.VERB,
@@ -101,6 +105,20 @@ def pretraining_loss(outputs: dict, batch: dict, config, shares: dict | None = N
     return total, {"loss": total, **metrics}
 
 
+def with_ratios(metrics: dict) -> dict:
+    """`metrics` plus each objective's ratios whose two terms it holds: formed
+    from combined means (a step's microbatches, an evaluation's batches), so
+    they are the ratios of the whole batch's counts."""
+    out = dict(metrics)
+    for objective in OBJECTIVES:
+        for name, (top, bottom) in objective.ratios.items():
+            if top in out and bottom in out:   # host floats stay floats (eval's JSON)
+                below = out[bottom]
+                below = max(below, 1e-8) if isinstance(below, float) else jnp.maximum(below, 1e-8)
+                out[name] = out[top] / below
+    return out
+
+
 def slots(batch: dict, config) -> dict:
     """Per enabled objective, how many slots of the batch count."""
     return {o.name: o.slots(batch) for o in enabled(config)}
@@ -108,4 +126,4 @@ def slots(batch: dict, config) -> dict:
 
 __all__ = ["OBJECTIVES", "METRIC_OBJECTIVE", "Objective", "check_config", "dummy_inputs",
            "enabled", "model_inputs", "objective_weights", "objectives_title", "pretraining_loss",
-           "reported_metrics", "slots", "trained_head_params"]
+           "reported_metrics", "slots", "trained_head_params", "with_ratios"]

@@ -13,6 +13,9 @@ class Objective:
     name = ""
     label = ""                          # how reports name it ("MLM"); default `name`
     metrics: tuple[str, ...] = ()       # besides f"{name}_loss"
+    # {metric: (numerator, denominator)}: ratios of two of `metrics`, formed
+    # after microbatches or eval batches are combined (kjax.objectives.with_ratios).
+    ratios: dict[str, tuple[str, str]] = {}
     # The model's params outside the encoder that only this objective's loss
     # trains: an export writes a head only when its objective ran.
     head_params: tuple[str, ...] = ()
@@ -48,4 +51,4 @@ class Objective:
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        return (f"{self.name}_loss", *self.metrics)
+        return (f"{self.name}_loss", *self.metrics, *self.ratios)

@@ -33,8 +33,9 @@ class NextSentence(Objective):
                             f"needs one pair per row; set --config.train.nsp_weight=0")
         if config.model.arch != "bert" and config.train.nsp_weight > 0:
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g}: model.arch="
-                            f"{config.model.arch} has no NSP head (it pretrains MLM alone); "
-                            f"set --config.train.nsp_weight=0 (tpu_configs/modern_*.py do)")
+                            f"{config.model.arch} has no NSP head (it pretrains without NSP); "
+                            f"set --config.train.nsp_weight=0 (tpu_configs/modern_*.py and "
+                            f"electra_*.py do)")
 
     def loss(self, outputs, batch, config):
         loss, accuracy = weighted_ce(outputs["nsp_logits"], batch["nsp_labels"],

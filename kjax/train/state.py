@@ -17,6 +17,7 @@ from kjax import objectives
 from kjax.config.platform import platform
 from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
+from kjax.model.electra import ElectraForPreTraining
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.modern import ModernBertForPreTraining
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
@@ -25,11 +26,12 @@ from kjax.train.optimizers import NO_DECAY_MODULES, decay_mask, make_optimizer  
 from kjax.train.schedules import learning_rate_schedule  # noqa: F401
 
 
-ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining}
+ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining,
+                 "electra": ElectraForPreTraining}
 
 
 def make_model(config, deterministic: bool, return_analysis: bool = False):
-    """The pretraining model of `model.arch` (kjax/model/encoder.py, modern.py)."""
+    """The pretraining model of `model.arch` (kjax/model/encoder.py, modern.py, electra.py)."""
     enc = EncoderConfig.from_config(config.model, config.knowledge)
     return ARCHITECTURES[enc.arch](enc, deterministic=deterministic,
                                    return_analysis=return_analysis)

@@ -19,6 +19,8 @@ import optax
 from kjax import objectives
 from kjax.config.platform_defaults import resolved_value
 from kjax.inputs import input_mode
+from kjax.model.config import EncoderConfig
+from kjax.model.electra import generator_config
 from kjax.objectives import METRIC_OBJECTIVE, objective_weights  # noqa: F401 (re-exported)
 from kjax.parallel.mesh import batch_sharding, on_mesh, replicated
 from kjax.train import accumulation
@@ -72,6 +74,7 @@ def make_train_step(config, mesh, train_model, tx, shardings):
             grads, metrics = accumulation.accumulate(loss_fn, state["params"], batch,
                                                      microbatches, mesh, config,
                                                      shardings["params"])
+        metrics = objectives.with_ratios(metrics)   # of the whole batch's means
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         metrics["grad_norm"] = optax.tree.norm(grads)
@@ -124,7 +127,7 @@ def summarize_eval(sums: list[dict], weights: dict[str, float] | None = None) ->
     out["loss"] = sum((weights or {}).get(o, 1.0) * out[f"{o}_loss"]
                       for o in dict.fromkeys(METRIC_OBJECTIVE.values()) if f"{o}_loss" in out)
     out["examples"] = total["examples"]
-    return out
+    return objectives.with_ratios(out)
 
 
 def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:
@@ -141,4 +144,10 @@ def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:
     per_token_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h  # proj+FFN, QKᵀ and αV
     encoder = L * seq_len * per_token_layer
     heads = predictions * 2 * (h * h + h * v) + 2 * (h * h + 2 * h)  # MLM at p rows, pooler+NSP
+    if model_cfg.get("arch", "bert") == "electra":   # + the generator; RTD's head at every token
+        gen = generator_config(EncoderConfig.from_config(model_cfg))
+        g, e = gen.hidden_size, gen.embed_dim
+        encoder += gen.num_layers * seq_len * (2 * (4 * g * g + 2 * g * gen.intermediate_size)
+                                               + 2 * 2 * seq_len * g)
+        heads = predictions * 2 * (g * e + e * v) + seq_len * 2 * (h * h + h)
     return 3.0 * (encoder + heads)
