@@ -23,11 +23,16 @@ trains the first 128). The same `kjax train` command continues whichever
 phase it was in.
 
 Expected: the paper's BERT-base reached MNLI 84.6 and SQuAD 1.1 F1 88.5 after
-fine-tuning; ~110M parameters (436 MB fp32). A v3-8 runs phase 1 at about a
-fifth of phase 2's time per example.
+fine-tuning; ~110M parameters (436 MB fp32). Phase 2's memory is bert_base's
+batch 256 in 2 microbatches (docs/TPU.md §15).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
-paragraph): not recorded yet.
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 4.41 GiB per core of 16 (arguments 1.24,
+temporaries 3.17): fits.
+`kjax compile --config tpu_configs/bert_base_phases.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config import defaults
 
