@@ -22,9 +22,10 @@ from kjax.train.step import make_train_step
 # 32 rows on 4 batch shards (data 4 × tensor 2): k = 8 leaves one row a shard.
 MESH = {"train.batch_size": 32, "mesh.data": 4, "mesh.fsdp": 1, "mesh.tensor": 2}
 # A key's bias has no true gradient (softmax ignores a constant added to every
-# logit of a query), so its gradient is summation noise that Adam scales to ±lr:
-# it differs between any two orders of summation, split or not.
-NOISE_ONLY = "['attention']['key']['bias']"
+# logit of a query: attention's keys, the verb head's pointer keys), so its
+# gradient is summation noise that Adam scales to ±lr: it differs between any
+# two orders of summation, split or not.
+NOISE_ONLY = ("['attention']['key']['bias']", "['verb_key']['bias']")
 # The NSP head's gradients nearly cancel (the tiny run's NSP is at chance), so
 # any change in summation order moves them more: the same k = 1 step on 8 × 1
 # devices instead of 4 × 2 leaves the pooler bias 4.7e-6 off after 3 steps,
@@ -55,7 +56,8 @@ def worst_leaf(params, reference, rtol):
         return np.linalg.norm(a - b) / np.linalg.norm(b) / max(tol, rtol), name
     return max(off(path, a, b) for (path, a), b in zip(
         jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(reference))
-        if NOISE_ONLY not in jax.tree_util.keystr(path) and np.linalg.norm(b) > 0)
+        if not any(n in jax.tree_util.keystr(path) for n in NOISE_ONLY)
+        and np.linalg.norm(b) > 0)
 
 
 def assert_same_run(config_of, ks=(4, 8), params_rtol=1e-6, metrics_rtol=1e-6):
@@ -118,7 +120,7 @@ def test_microbatches_with_multihot_input_and_knowledge_heads(tmp_path):
     def config_of(k):
         c = variant_config("uknowbert_s", tmp_path, vocab)
         c.train.update(batch_size=32, microbatches=k)
-        c.mesh.update(data=4, fsdp=1, tensor=2)
+        c.mesh.update(data=8, fsdp=1, tensor=1)   # its vocabulary (1121 rows) splits no way
         return c
     assert_same_run(config_of, ks=(4,))
 

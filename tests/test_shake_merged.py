@@ -13,10 +13,10 @@ from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.shake.variants import merged_units
 from kjax.tokens.sentencepiece import MASK
-from test_shake import analyzer, example_from  # noqa: F401  (fixture + builder)
+from test_shake import example_from  # (the analyzer fixture is conftest's)
 
 
-def test_merged_units_join_each_postposition_to_its_substantive(analyzer):  # noqa: F811
+def test_merged_units_join_each_postposition_to_its_substantive(analyzer):
     ex, forms = example_from(analyzer, "나는 너를 학교에서 보았다", "학생들이 책을 샀다")
     merged = merged_units(ex)
     units = merged["morph_ids"]
@@ -51,7 +51,7 @@ def check_no_masked_token_visible(out, ids_before=None):
         assert (tokens == MASK).all() and len(tokens) == 1 or (tokens != MASK).all(), tokens
 
 
-def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):  # noqa: F811
+def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):
     """Masking runs after the merge: masked before it, a masked 학교 merged with
     its visible 에서 would leak 에서 (in the input and among the targets)."""
     from kjax.batches.loader import ToModelInputs
@@ -76,7 +76,7 @@ def test_merged_masking_chooses_whole_merged_positions(analyzer, tmp_path):  # n
     assert seen_merged > 10
 
 
-def test_masks_stored_for_another_input_mode_are_completed(analyzer, tmp_path):  # noqa: F811
+def test_masks_stored_for_another_input_mode_are_completed(analyzer, tmp_path):
     """One data folder serves all six SHAKE variants: eval masks drawn per
     morpheme (one-hot) are extended to whole merged positions in the loader."""
     from kjax.batches.loader import ToModelInputs
