@@ -29,7 +29,10 @@ def train_batch(self, seed, step, bf):
     if (seed, step) == (seed_at, step_at):
         stop = signal.getsignal(signal.SIGTERM).__self__   # the experiment's StopSignal
         open(cue, "w").close()
+        deadline = time.monotonic() + 300
         while not stop.received:   # the event: the test's signal handled
+            if time.monotonic() > deadline:
+                sys.exit(f"driver: no SIGTERM handled within 300 s of {cue}")
             time.sleep(0.01)
     return real(self, seed, step, bf)
 
