@@ -76,7 +76,12 @@ def tiny_overrides(tmp: str, **extra) -> list[str]:
 
 
 def tiny_config(tmp, **extra):
-    return load_config(DEMO_CONFIG, tiny_overrides(str(tmp), **extra))
+    """The tiny run's config, its auto keys resolved for this platform as a verb
+    resolves the config it loads (models are built from resolved configs only)."""
+    from kjax.config import platform_defaults
+    config = load_config(DEMO_CONFIG, tiny_overrides(str(tmp), **extra))
+    platform_defaults.resolve(config)
+    return config
 
 
 @pytest.fixture(scope="session")

@@ -140,15 +140,16 @@ def test_without_a_gpu_of_its_own_the_table_and_no_cache(tmp_path):
 
 
 def test_resume_keeps_the_recorded_tiles():
-    """keep_recorded copies what the run recorded into a config that leaves
+    """keep_recorded_tiles copies what the run recorded into a config that leaves
     the signature open; a config that fixes '*' or the signature wins."""
+    from kjax.pretrain.run_config import keep_recorded_tiles
     recorded = ConfigDict({"attention_tiles": {CALL.signature: "64,64,4,3/64,64,4,3/64,64,4,3"}})
     mine = ConfigDict({"attention_tiles": {}})
-    assert flash_tuning.keep_recorded(mine, recorded) == [CALL.signature]
+    assert keep_recorded_tiles(mine, recorded) == [CALL.signature]
     assert dict(mine.attention_tiles) == dict(recorded.attention_tiles)
     fixed = ConfigDict({"attention_tiles": {"*": "table"}})
-    assert flash_tuning.keep_recorded(fixed, recorded) == [] and "*" in fixed.attention_tiles
-    assert flash_tuning.keep_recorded(mine, None) == []
+    assert keep_recorded_tiles(fixed, recorded) == [] and "*" in fixed.attention_tiles
+    assert keep_recorded_tiles(mine, None) == []
 
 
 def test_timing_runs_while_a_step_is_traced():
@@ -213,14 +214,14 @@ def test_a_resumed_run_takes_the_tiles_its_workdir_recorded(tmp_path):
     recorded there fix the signatures a --config leaves open."""
     from conftest import DEMO_CONFIG
     from kjax.config.recorded import record_config
-    from kjax.pretrain.trainer import resolve_platform_defaults
+    from kjax.pretrain.run_config import resolve_run
     spec = "64,64,4,3/64,64,4,3/64,64,4,3"
     first = load_config(DEMO_CONFIG)
     first.model.attention_tiles[CALL.signature] = spec
     record_config(first, str(tmp_path))
     again = load_config(DEMO_CONFIG)
     assert dict(again.model.attention_tiles) == {}
-    resolve_platform_defaults(again, str(tmp_path))
-    assert dict(again.model.attention_tiles) == {CALL.signature: spec}
-    assert flash_tuning.tiles_for(CALL, fixed=tuple(again.model.attention_tiles.items()),
+    run = resolve_run(again, str(tmp_path))
+    assert dict(run.model.attention_tiles) == {CALL.signature: spec}
+    assert flash_tuning.tiles_for(CALL, fixed=tuple(run.model.attention_tiles.items()),
                                   measure=lambda t: pytest.fail("timed")) == parse_tiles(spec)

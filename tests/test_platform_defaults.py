@@ -12,7 +12,7 @@ from conftest import DEMO_CONFIG, ROOT
 from kjax.config import load_config, platform_defaults
 from kjax.config.recorded import recorded_config_path, take_notes, write_config_file
 from kjax.model.config import EncoderConfig
-from kjax.pretrain.trainer import resolve_platform_defaults
+from kjax.pretrain.run_config import resolve_run
 
 
 @pytest.mark.parametrize("platform, rng, unroll", [
@@ -33,26 +33,46 @@ def test_a_value_the_user_set_is_kept():
     assert (config.train.dropout_rng, config.model.scan_unroll) == ("threefry", 2)
 
 
-def test_builders_resolve_for_the_backend_they_run_on():
-    """eval/export build models from configs that may still say auto."""
+def test_builders_refuse_an_unresolved_auto_key(tmp_path):
+    """Models and steps are built from resolved configs only: an auto value that
+    reaches a builder is a ValueError, not a value it picks for itself."""
+    import jax.numpy as jnp
+    from conftest import tiny_config
+    from kjax.model.encoder import BertForPreTraining
+    from kjax.train.step import make_train_step
+    config = tiny_config(tmp_path)
+    config.model.scan_unroll = -1
+    model = BertForPreTraining(EncoderConfig.from_config(config.model))
+    ids = jnp.zeros((1, 8), jnp.int32)
+    with pytest.raises(ValueError, match=r"model.scan_unroll=-1 \(auto\) reached a builder "
+                                         r"unresolved"):
+        model.init(jax.random.key(0), ids, ids, jnp.ones((1, 8), jnp.int32))
+    config.train.dropout_rng = "auto"
+    with pytest.raises(ValueError, match=r"train.dropout_rng='auto' \(auto\) reached a builder"):
+        make_train_step(config, None, None, None, None)
+
+
+def test_resolved_is_a_copy_for_this_platform():
     config = load_config(DEMO_CONFIG)
-    assert EncoderConfig.from_config(config.model).scan_unroll == \
-        platform_defaults.platform_value("model.scan_unroll", jax.default_backend())
-    assert platform_defaults.resolved_value("train.dropout_rng", "rbg") == "rbg"
+    copy = platform_defaults.resolved(config)
+    assert (config.train.dropout_rng, config.model.scan_unroll) == ("auto", -1)
+    here = jax.default_backend()
+    assert (copy.train.dropout_rng, copy.model.scan_unroll) == (
+        platform_defaults.platform_value("train.dropout_rng", here),
+        platform_defaults.platform_value("model.scan_unroll", here))
 
 
 def test_auto_keys_follow_the_platform_a_step_is_traced_for():
-    """Traced on this CPU host for a GPU (`kjax compile`, `make gpu-check`), a
-    builder's auto key takes the GPU's value, as attention takes its path."""
+    """Traced on this CPU host for a GPU (`kjax compile`, `make gpu-check`), the
+    auto keys take the GPU's values, as attention takes its path."""
     from kjax.config.platform import lowering_for, platform
-    here = platform_defaults.platform_value("model.scan_unroll", jax.default_backend())
     with lowering_for("cuda"):
         assert platform() == "gpu"
-        assert platform_defaults.resolved_value("model.scan_unroll", -1) == 0
-        assert EncoderConfig.from_config(load_config(DEMO_CONFIG).model).scan_unroll == 0
+        assert platform_defaults.resolved(load_config(DEMO_CONFIG)).model.scan_unroll == 0
         assert sorted(platform_defaults.resolve(load_config(DEMO_CONFIG))) == [
             "model.scan_unroll=0", "train.dropout_rng='rbg'"]
-    assert platform_defaults.resolved_value("model.scan_unroll", -1) == here
+    assert platform_defaults.resolved(load_config(DEMO_CONFIG)).model.scan_unroll == \
+        platform_defaults.platform_value("model.scan_unroll", jax.default_backend())
 
 
 @pytest.mark.parametrize("name, kjax_name", [("cuda", "gpu"), ("ROCm", "gpu"), ("gpu", "gpu"),
@@ -63,7 +83,7 @@ def test_one_name_for_each_platform(name, kjax_name):
     assert normalize(name) == kjax_name
     with lowering_for(name):
         assert platform() == kjax_name
-        assert platform_defaults.resolved_value("train.dropout_rng", "auto") == (
+        assert platform_defaults.resolved(load_config(DEMO_CONFIG)).train.dropout_rng == (
             "rbg" if kjax_name == "gpu" else "threefry")
 
 
@@ -76,8 +96,9 @@ def test_a_resumed_run_keeps_what_it_recorded(tmp_path):
     write_config_file(started, recorded_config_path(str(tmp_path)), "recorded")
     resumed = load_config(DEMO_CONFIG)
     take_notes()
-    resolve_platform_defaults(resumed, str(tmp_path))
-    assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("rbg", 0)
+    run = resolve_run(resumed, str(tmp_path))
+    assert (run.train.dropout_rng, run.model.scan_unroll) == ("rbg", 0)
+    assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("auto", -1)   # a copy
     [line] = take_notes()
     assert "keeping train.dropout_rng='rbg', model.scan_unroll=0 as recorded in" in line
 
@@ -85,9 +106,9 @@ def test_a_resumed_run_keeps_what_it_recorded(tmp_path):
 def test_a_new_run_takes_this_platforms_values(tmp_path):
     config = load_config(DEMO_CONFIG)
     take_notes()
-    resolve_platform_defaults(config, str(tmp_path))
+    run = resolve_run(config, str(tmp_path))
     want = platform_defaults.platform_value("train.dropout_rng", jax.default_backend())
-    assert config.train.dropout_rng == want
+    assert run.train.dropout_rng == want
     assert take_notes() == []   # nothing to say: kjax_config.py records the values
 
 
@@ -159,7 +180,7 @@ def test_a_modern_run_records_scan_unroll_unresolved_and_resumes(tmp_path):
     write_config_file(config, recorded_config_path(str(tmp_path)), "recorded")
     resumed = load_config(recorded_config_path(str(tmp_path)))
     take_notes()
-    resolve_platform_defaults(resumed, str(tmp_path))
-    assert (resumed.train.dropout_rng, resumed.model.scan_unroll) == ("rbg", -1)
+    run = resolve_run(resumed, str(tmp_path))
+    assert (run.train.dropout_rng, run.model.scan_unroll) == ("rbg", -1)
     notes = take_notes()
     assert not any("scan_unroll" in n for n in notes), notes

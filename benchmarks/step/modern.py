@@ -111,7 +111,8 @@ def run_arch(args):
              "eval MLM accuracy |", "|---|---|---|---|---|---|---|"]
     rows = []
     for name, s in sides.items():
-        cfg, st = s.config, s.step
+        st = s.step
+        cfg = st.config   # resolved for this platform (harness.step)
         shardings = jax.tree.map(lambda x: x.sharding, st.state["params"])
         evaluate = make_eval_step(cfg, st.mesh, make_model(cfg, True), shardings)
         sums = [evaluate(st.state["params"], put_batch(b, st.mesh))

@@ -85,8 +85,13 @@ def load(args, parser):
         # (train notes a changed config itself, when it records the new one)
         config = load_config(args.config or DEMO_CONFIG, overrides)
     else:
+        from kjax.config import platform_defaults
         from kjax.config.recorded import load_run_config
         config = load_run_config(args.config, overrides, run_workdir(args))
+        # a verb that reads a run builds its model for this platform (train
+        # resolves its own config against its workdir: kjax/pretrain/run_config.py)
+        if args.verb != "train":
+            platform_defaults.resolve(config)
     check_config(config)
     return config
 

@@ -202,7 +202,8 @@ def run_demo(config, workdir: str) -> None:
     print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
     if config.model.arch == "electra":
         print("ELECTRA: the fill-mask answers below are the generator's (its MLM head)")
-    show_fill_mask(config, workdir)
+    from kjax.config import platform_defaults
+    show_fill_mask(platform_defaults.resolved(config), workdir)   # as `kjax fill-mask` builds it
     show_discriminator(workdir)
     print(f"demo took {time.time() - start:.0f} s")
 

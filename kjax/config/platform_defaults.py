@@ -13,7 +13,9 @@ resolved values in WORKDIR/kjax_config.py: a run resumed on another platform
 (or with a `--config` that still says auto) keeps the values it started
 with, so its masks and program, and with them bit-exact resume, do not
 depend on where it resumes. Verbs that do not train (eval, export, analyze)
-resolve them for the platform they run on: there they change speed only.
+resolve them for the platform they run on when they load the config: there
+they change speed only. `kjax compile` resolves them for its target. Model
+and step builders take only resolved values (`require_resolved`).
 """
 from __future__ import annotations
 
@@ -66,8 +68,20 @@ def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
     return resolved
 
 
-def resolved_value(key: str, value):
-    """`value` of `key`, or its platform default when it is the auto value (the
-    model and step builders' fallback): the target being traced for, else the
-    backend jax runs on."""
-    return platform_value(key, platforms.platform()) if value == AUTO[key] else value
+def resolved(config, platform: str | None = None):
+    """A copy of `config` with its auto keys set for `platform` (default: the one
+    traced for, else this backend); the config itself is left as it is."""
+    copy = config.copy_and_resolve_references()
+    resolve(copy, platform)
+    return copy
+
+
+def require_resolved(key: str, value):
+    """`value`, or a ValueError where it is still `key`'s auto value: models and
+    steps are built from resolved configs only (`resolve`; kjax train's
+    kjax/pretrain/run_config.py), so what a program is never depends on where
+    a builder happens to read it."""
+    if value == AUTO[key]:
+        raise ValueError(f"{key}={value!r} (auto) reached a builder unresolved: resolve the "
+                         f"config for its platform first (kjax.config.platform_defaults.resolve)")
+    return value

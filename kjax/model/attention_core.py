@@ -44,9 +44,10 @@ import jax.numpy as jnp
 from kjax.config.platform import platform
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash import MASK_VALUE, sharded_flash_attention
+from kjax.model.flash import tuning as flash_tuning
 
-__all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "fused_attention",
-           "logits_mask"]
+__all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "flash_tiles_chosen",
+           "fused_attention", "logits_mask"]
 
 
 def dense_shake(shake, seq_len: int):
@@ -125,3 +126,24 @@ def _dot_product(q, k, v, attention_mask, segment_ids, local_window):
     return jax.nn.dot_product_attention(q, k, v, mask=logits_mask(attention_mask, segment_ids),
                                         scale=1.0, local_window_size=window,
                                         implementation="xla")
+
+
+def may_run_flash(impl: str) -> bool:
+    """Whether a config's attention calls can reach the flash kernel with tiles
+    to choose: on a GPU (Triton is the only target that takes tiles), under
+    `flash`, or `auto` once a feature sends calls to the kernel."""
+    return platform() == "gpu" and (impl == "flash" or (impl == "auto"
+                                                        and any(GPU_FLASH_FASTER.values())))
+
+
+def flash_tiles_chosen(impl: str, trace) -> dict[str, str]:
+    """{call signature: tiles} that the flash calls chose while `trace()` traced a
+    step of a config with `model.attention_impl=impl` (kjax/model/flash/tuning.py:
+    the config's fixed tiles, the card's cache, else a timing); {} without a trace
+    where no call can reach the kernel. A run records them in its config before it
+    builds anything, so its program has every tile fixed."""
+    if not may_run_flash(impl):
+        return {}
+    flash_tuning.forget()   # this process's earlier choices are another config's
+    trace()
+    return flash_tuning.chosen()

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 
 from kjax.config.schema import ATTENTION_IMPLS  # noqa: F401 (kjax/model/attention_core.py)
 from kjax.config.schema import MODEL
-from kjax.config.platform_defaults import resolved_value
 from kjax.inputs import input_mode
 
 
@@ -20,8 +19,7 @@ def _schema(key: str):
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
     """The model's view of the `model` (and `knowledge`) branches: the schema's
-    defaults, except where the model holds a resolved form — scan_unroll (the
-    schema's -1 is `auto`, resolved by the platform), attention_tiles (a sorted
+    defaults, except where the model holds another form — attention_tiles (a sorted
     tuple, hashable) and shake_factor (one bf per layer) — and the knowledge
     heads, which exist where their loss is on."""
     arch: str = _schema("arch")  # bert (encoder.py) | modern (modern.py) | electra (electra.py)
@@ -50,7 +48,7 @@ class EncoderConfig:
     dtype: str = _schema("dtype")
     param_dtype: str = _schema("param_dtype")
     scan_layers: bool = _schema("scan_layers")
-    scan_unroll: int = 1               # layers per scanned iteration; 0: all (no loop)
+    scan_unroll: int = 1               # layers per scanned iteration; 0: all; -1 auto, unbuildable
     remat_policy: str = _schema("remat_policy")
     attention_impl: str = _schema("attention_impl")  # kjax/model/attention_core.py
     attention_tiles: tuple = ()        # ((signature, "F/DQ/DKV" or "table"), ...): flash_tuning.py
@@ -117,8 +115,6 @@ class EncoderConfig:
             kwargs.update(hypernym_head=knowledge.hypernym_weight > 0,
                           verb_head=knowledge.verb_weight > 0,
                           sense_dim=knowledge.sense_dim if knowledge.sense_weight > 0 else 0)
-        if "scan_unroll" in kwargs:   # -1: the platform's (kjax/config/platform_defaults.py)
-            kwargs["scan_unroll"] = resolved_value("model.scan_unroll", kwargs["scan_unroll"])
         if "attention_tiles" in kwargs:   # a dict in the config; hashable here
             kwargs["attention_tiles"] = tuple(sorted(dict(kwargs["attention_tiles"]).items()))
         per_layer = tuple(model_cfg.get("shake_factor_per_layer", ()) or ())

@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from kjax.config.platform_defaults import require_resolved
 from kjax.model.attention import SelfAttention
 from kjax.model.config import EncoderConfig
 from kjax.model.knowledge_heads import KnowledgeHeads
@@ -163,10 +164,12 @@ class Encoder(nn.Module):
             # keeps compile time flat in depth; unrolling it lets XLA fuse across
             # layers and drop the stacked-residual copies (what scan_layers=False
             # gains on GPU) while the parameters stay stacked: same checkpoints.
+            # (auto, -1, is resolved with the config: a builder never picks it)
+            unroll = require_resolved("model.scan_unroll", cfg.scan_unroll) or cfg.num_layers
             stack = nn.scan(block, variable_axes={"params": 0},
                             split_rngs={"params": True, "dropout": True},
                             in_axes=(nn.broadcast, nn.broadcast, 0, nn.broadcast, nn.broadcast),
-                            length=cfg.num_layers, unroll=cfg.scan_unroll or cfg.num_layers,
+                            length=cfg.num_layers, unroll=unroll,
                             metadata_params={nn.PARTITION_NAME: "layers"})
             return stack(cfg, self.deterministic, self.return_analysis,
                          name="layers")(x, attention_mask, shake, bf, segment_ids, example_ids)

@@ -33,13 +33,9 @@ from kjax.examples import records
 from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
-from kjax import paths
-from kjax.config import platform_defaults
-from kjax.config.load import load_config
-from kjax.config.recorded import flush_notes, note, record_config, recorded_config_path
+from kjax.config.recorded import flush_notes, record_config
 from kjax.pretrain import phases
-from kjax.pretrain.resume_policy import check_resume
-from kjax.model.flash import tuning as flash_tuning
+from kjax.pretrain.run_config import resolve_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.goodput import Goodput
 from kjax.train.metrics import MetricWriter, plot_loss_curve
@@ -165,7 +161,7 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
     # Read-only, full or a file: one line before compiling.
     last = storage.listed_last_step(os.path.join(workdir, "checkpoints"))
     storage.check_writable(workdir, last)
-    resolve_platform_defaults(config, workdir, last)
+    config = resolve_run(config, workdir, last)   # frozen from here on (run_config.py)
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
@@ -190,32 +186,6 @@ def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
         if error is None:
             raise
         raise error from None
-
-
-def resolve_platform_defaults(config, workdir: str, last_step: int | None = None) -> None:
-    """Auto keys (kjax/config/platform_defaults.py) take the values this run
-    recorded before, else this platform's; record_config writes them down.
-    A note only where a recorded value overrides this platform's."""
-    path = recorded_config_path(workdir)
-    recorded = None
-    if paths.isfile(path):
-        try:
-            recorded = load_config(path)
-        except KjaxError:
-            recorded = None    # unreadable: record_config replaces it, saying so
-    for passing in check_resume(config, recorded, workdir, last_step):   # or one line
-        note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
-    platform_defaults.resolve(config, recorded=recorded)
-    # the flash tiles this run ran with (timed on its first GPU): a resume keeps them
-    flash_tuning.forget()
-    flash_tuning.keep_recorded(config.model, None if recorded is None else recorded.model)
-    here = jax.default_backend()
-    kept = [f"{key}={platform_defaults.value(config, key)!r}"
-            for key in platform_defaults.keys_for(config)
-            if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
-    if recorded is not None and kept:
-        note(f"keeping {', '.join(kept)} as recorded in {path} (the run's masks and program; "
-             f"the {here} default differs)")
 
 
 def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs,
@@ -282,7 +252,6 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 last = {"step": step, **m}
                 window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
-                c.model.attention_tiles.update(flash_tuning.chosen())   # tiles it compiled with
                 record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
                 if s.lineage:                   # a phase: where its parameters came from
                     phases.write_lineage(workdir, s.lineage)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from kjax import objectives
-from kjax.config.platform_defaults import resolved_value
+from kjax.config.platform_defaults import require_resolved
 from kjax.inputs import input_mode
 from kjax.model.config import EncoderConfig
 from kjax.model.electra import generator_config
@@ -56,7 +56,7 @@ def dropout_key(state_rng, step, generator: str = "threefry"):
 
 def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
-    generator = resolved_value("train.dropout_rng", config.train.dropout_rng)
+    generator = require_resolved("train.dropout_rng", config.train.dropout_rng)
 
     microbatches = config.train.microbatches
 

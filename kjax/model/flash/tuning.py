@@ -7,10 +7,11 @@ them; attention dropout, B's layout, segments, the local window), and its
 tiles come from the first of:
 
   1. `model.attention_tiles`: the signature's entry, else '*' ('F/DQ/DKV',
-     or 'table' for the table of tiles.py). A resumed run's tiles arrive this
-     way: kjax train records the tiles every signature ran with (`chosen`),
-     so its program, and with it bit-exact resume, does not depend on a
-     later timing or another card;
+     or 'table' for the table of tiles.py). A run's tiles arrive this way:
+     kjax train traces its steps once before it builds them, writes what
+     every signature chose (`chosen`) into its config and records it, so its
+     program, and with it bit-exact resume, does not depend on a later
+     timing or another card (kjax/pretrain/run_config.py);
   2. this process's earlier choice for the signature;
   3. the cache file (`cache_path`: beside jax's compilation cache, else in
      kjax's cache folder), one entry per device kind and signature;
@@ -71,18 +72,6 @@ class Call:
 def chosen() -> dict[str, str]:
     """{signature: 'F/DQ/DKV'} of every flash call this process traced."""
     return dict(_chosen)
-
-
-def keep_recorded(model_config, recorded_model) -> list[str]:
-    """Signatures a run's recorded `model.attention_tiles` fixes and this config
-    does not, copied into it (a resume runs the recorded tiles); returns them."""
-    if recorded_model is None or "attention_tiles" not in recorded_model:
-        return []
-    mine = model_config.attention_tiles
-    added = [s for s in recorded_model.attention_tiles if s not in mine and "*" not in mine]
-    for signature in added:
-        mine[signature] = recorded_model.attention_tiles[signature]
-    return added
 
 
 def cache_path() -> str:
