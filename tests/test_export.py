@@ -23,7 +23,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, AutoModelForPreTraini
 
 from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
 from kjax.cli import main
-from kjax.config import load_config
+from kjax.config import load_config, platform_defaults
 from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
 from kjax.export import hf_export as hx
@@ -150,7 +150,8 @@ def test_import_matches_transformers(tmp_path, kind):
     model.save_pretrained(tmp_path / "hf")
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
     assert report["initialised"] == INITIALISED[kind]
-    config = load_config(report["config"])           # the written config file loads
+    # the written config file loads; as a verb, resolved for this platform
+    config = platform_defaults.resolved(load_config(report["config"]))
     params, step = restore_params(config, str(tmp_path / "w"))   # eval-style restore
     enc = EncoderConfig.from_config(config.model)
     assert step == 0 and enc.max_position_embeddings == 40 - report["position_offset"]

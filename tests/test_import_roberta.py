@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaModel
 
 from conftest import DEMO_CONFIG
-from kjax.config import load_config
+from kjax.config import load_config, platform_defaults
 from kjax.checkpoint.restore import restore_params
 from kjax.export import hf_export as hx
 from kjax.export.checkpoint_export import export_checkpoint
@@ -45,7 +45,7 @@ def roberta_folder(path) -> RobertaModel:
 def test_roberta_pairs_match_transformers_and_export_keeps_one_type_row(tmp_path):
     model = roberta_folder(tmp_path / "hf")
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
-    config = load_config(report["config"])
+    config = platform_defaults.resolved(load_config(report["config"]))  # as a verb loads it
     assert config.model.type_vocab_size == 1 and report["position_offset"] == 1
     params, _ = restore_params(config, str(tmp_path / "w"))
     enc = EncoderConfig.from_config(config.model)

@@ -12,7 +12,7 @@ from tokenizers import BertWordPieceTokenizer
 from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
 from conftest import DEMO_CONFIG
-from kjax.config import load_config
+from kjax.config import load_config, platform_defaults
 from kjax.errors import KjaxError
 from kjax.export import hf_import as hi
 from kjax.finetune.features import Encoder
@@ -163,7 +163,7 @@ def test_electra_small_with_an_embedding_projection_imports_exactly(tmp_path):
     from kjax.model.config import EncoderConfig
     model = electra_small_folder(tmp_path / "hf")
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
-    config = load_config(report["config"])
+    config = platform_defaults.resolved(load_config(report["config"]))  # as a verb loads it
     assert config.model.embedding_size == 16 and config.model.hidden_size == 32
     assert "electra.embeddings_project.weight" not in report["unused_source_tensors"]
     params, _ = restore_params(config, str(tmp_path / "w"))

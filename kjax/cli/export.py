@@ -2,7 +2,7 @@
 
     kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
                 [--encoder-only] [--no-verify]
-    kjax import --hf DIR --out W [--config BASE] [--config-out FILE]
+    kjax import --hf DIR --out W [--generator GEN] [--config BASE] [--config-out FILE]
 
 torch and transformers are imported only when a verb runs (`pip install
 'kjax[torch]'`), so the rest of the command line never pays for them.
@@ -52,6 +52,12 @@ def run_export(args, config) -> int:
 
 def run_import(args, config) -> int:
     _require_torch()
+    from kjax.export.electra_import import import_electra_pair, pair_folders
+    pair = pair_folders(args.hf, args.generator)
+    if pair:   # an ELECTRA pair: one model.arch='electra' run
+        source = args.hf if not args.generator else f"{args.hf} --generator {args.generator}"
+        _print(import_electra_pair(*pair, args.out, config, args.config_out, source))
+        return 0
     if _model_type(args.hf) == "modernbert":
         from kjax.export.modernbert_export import import_modernbert
         _print(import_modernbert(args.hf, args.out, config, args.config_out))
@@ -116,13 +122,19 @@ def register(verbs, add_config) -> None:
         "base for everything the folder does not say (data, training; the tokenizer when the "
         "folder has none: its tokenizer.json or vocab.txt is copied to OUT/tokenizer.json, "
         "tokenizer.scheme='imported'). Heads "
-        "the folder lacks are freshly initialised and listed in OUT/import.json. See "
-        "docs/EXPORT.md.")
+        "the folder lacks are freshly initialised and listed in OUT/import.json. An ELECTRA "
+        "pair (--hf holding discriminator/ and generator/, as `kjax export` of an ELECTRA "
+        "run writes it, or --hf DISC --generator GEN) becomes one model.arch=electra run: "
+        "generator, discriminator and RTD head, their embeddings shared. See docs/EXPORT.md.")
     add_config(im, required=False)
     im.add_argument("--hf", required=True, help="folder with config.json + weights "
                     "(nothing is downloaded)")
     im.add_argument("--out", required=True, help="workdir to create (checkpoints/0, "
                     "import.json, kjax_config.py, tokenizer.json)")
+    im.add_argument("--generator", default=None, metavar="GEN",
+                    help="the ELECTRA generator folder (ElectraForMaskedLM) that trained with "
+                    "the discriminator --hf: both become one model.arch=electra run (not "
+                    "needed when --hf holds discriminator/ and generator/)")
     im.add_argument("--config-out", default=None,
                     help="where to write the kjax config (default OUT/kjax_config.py)")
     im.set_defaults(handler=run_import)

@@ -13,6 +13,7 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
 - ELECTRA discriminator: the encoder only (its replaced-token head is not a
   kjax head); an embedding_size below hidden_size (KoELECTRA-small) becomes
   model.embedding_size, with `embeddings_project` after the embeddings' LayerNorm.
+  With its generator it is one ELECTRA run instead: kjax/export/electra_import.py.
 - kjax multi-hot (model_type "kjax_multihot", written by `kjax export`): BERT
   plus E_inpos/E_postag; the config becomes input_mode='multihot', and a
   one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
@@ -289,43 +290,71 @@ def fresh_params(config, model, names: list[str]) -> dict:
     return jax.device_get(jax.jit(init)(jax.random.key(config.train.seed)))
 
 
-def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = None) -> dict:
-    """Converts `hf_dir` and writes `workdir/checkpoints/0` + a config file."""
-    import jax
-    from kjax.checkpoint.manager import Checkpointer
-    from kjax.objectives import check_config
-    from kjax.parallel.mesh import make_mesh
-    from kjax.train.state import abstract_state, make_model, make_optimizer
-    hf = {**read_hf_config(hf_dir), "_dir": hf_dir}
-    enc = encoder_config(hf, base_config.model.scan_layers)
-    tensors = read_hf_weights(hf_dir)
-    found, missing, unused = hf_to_params(tensors, hf, enc)
-    config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
+def check_empty(workdir: str) -> str:
+    """`workdir/checkpoints`, refused when it already holds checkpoints."""
     ckpt_dir = paths.join(workdir, "checkpoints")
     if paths.listdir(ckpt_dir):
         raise KjaxError(f"{ckpt_dir} already holds checkpoints; pass an empty --out")
-    tokenizer = import_tokenizer(hf_dir, hf, workdir, config)
+    return ckpt_dir
+
+
+def save_imported(config, found: dict, workdir: str, config_out: str | None, source: str
+                  ) -> tuple[list[str], str]:
+    """Writes `workdir/checkpoints/0` (the `found` params, every module they
+    lack as a fresh `kjax train` starts it) and the config file. Returns
+    (the modules initialised, as "a/b" paths; the config file)."""
+    import jax
+    from flax import traverse_util
+    from kjax.checkpoint.manager import Checkpointer
+    from kjax.config.platform_defaults import resolved
+    from kjax.objectives import check_config
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import abstract_state, make_model, make_optimizer
     check_config(config)
-    tx = make_optimizer(config.train)
-    model = make_model(config, False)
+    # Models are built from resolved configs; the file keeps the auto values, for
+    # the platform `kjax train` runs on to resolve (they change no parameter).
+    built = resolved(config)
+    tx = make_optimizer(built.train)
+    model = make_model(built, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
-    target, shardings = abstract_state(config, make_mesh(config), model, tx)
-    check_shapes(found, {k: target["params"][k] for k in found})
-    fresh = fresh_params(config, model, [k for k in target["params"] if k not in found])
-    params = {k: found[k] if k in found else fresh[k] for k in target["params"]}
-    missing += [k for k in target["params"] if k not in found and k not in missing]
+    target, shardings = abstract_state(built, make_mesh(built), model, tx)
+    check_shapes(found, target["params"])
+    have = traverse_util.flatten_dict(found)
+    want = traverse_util.flatten_dict(target["params"])
+    absent = [p for p in want if p not in have]
+    fresh = traverse_util.flatten_dict(
+        fresh_params(built, model, sorted({p[0] for p in absent}))) if absent else {}
+    params = traverse_util.unflatten_dict({p: have[p] if p in have else fresh[p] for p in want})
+    # A module is named at the first level where the source has nothing of it.
+    held = {h[:i] for h in have for i in range(1, len(h) + 1)}
+    initialised = sorted({"/".join(p[:next(i for i in range(1, len(p) + 1) if p[:i] not in held)])
+                          for p in absent})
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state
     state = {"step": np.zeros((), np.int32), "params": params,
              "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
              "rng": jax.random.key_data(dropout_rng)}
     state = jax.device_put(state, shardings)
-    checkpoints = Checkpointer(ckpt_dir, config.train.checkpoint_every,
-                               config.train.keep_checkpoints)
+    checkpoints = Checkpointer(paths.join(workdir, "checkpoints"),
+                               config.train.checkpoint_every, config.train.keep_checkpoints)
     checkpoints.save(0, state, FRESH_LOADER_STATE, force=True)
     checkpoints.close()
     config_out = config_out or paths.join(workdir, "kjax_config.py")
-    write_config_file(config, config_out, hf_dir)
+    write_config_file(config, config_out, source)
+    return initialised, config_out
+
+
+def import_hf(hf_dir: str, workdir: str, base_config, config_out: str | None = None) -> dict:
+    """Converts `hf_dir` and writes `workdir/checkpoints/0` + a config file."""
+    hf = {**read_hf_config(hf_dir), "_dir": hf_dir}
+    enc = encoder_config(hf, base_config.model.scan_layers)
+    tensors = read_hf_weights(hf_dir)
+    found, missing, unused = hf_to_params(tensors, hf, enc)
+    config = kjax_config(base_config, enc, os.path.basename(os.path.normpath(hf_dir)))
+    ckpt_dir = check_empty(workdir)
+    tokenizer = import_tokenizer(hf_dir, hf, workdir, config)
+    initialised, config_out = save_imported(config, found, workdir, config_out, hf_dir)
+    missing += [k for k in initialised if k not in missing]
     report = {"source": os.path.abspath(hf_dir), "model_type": hf["model_type"],
               "checkpoint": paths.join(ckpt_dir, "0"), "config": config_out,
               "position_offset": position_offset(hf), "tokenizer": tokenizer,
