@@ -215,3 +215,19 @@ def test_the_phase_presets_phases_check_and_compile_by_name(tmp_path):
     with pytest.raises(KjaxError, match=r"--phase seq9: the config lists no such phase "
                                         r"\(phases: seq128, seq512\)"):
         phase_config(bert, "seq9")
+
+
+def test_a_phase_without_config_takes_its_parents(trained_run, tmp_path):
+    """`kjax train --workdir W2 --init-from W1` with no --config: the config W1
+    recorded, the overrides on top (the issue's command as written)."""
+    from kjax.cli import main
+    from kjax.config import load_config
+    from kjax.config.recorded import recorded_config_path
+    workdir = str(tmp_path / "p2")
+    assert main(["train", "--workdir", workdir, "--init-from", trained_run,
+                 "--config.train.num_steps=2", "--config.train.checkpoint_every=2"]) == 0
+    assert json.load(open(os.path.join(workdir, "lineage.json")))["parent"] == trained_run
+    mine = load_config(recorded_config_path(workdir))
+    parent = load_config(recorded_config_path(trained_run))
+    assert (mine.train.num_steps, mine.init.from_run) == (2, trained_run)
+    assert (mine.data.dir, mine.model.hidden_size) == (parent.data.dir, parent.model.hidden_size)

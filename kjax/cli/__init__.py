@@ -76,6 +76,12 @@ def run_workdir(args) -> str | None:
     return getattr(args, "workdir", None)
 
 
+def _has_recorded(workdir: str | None) -> bool:
+    from kjax import paths
+    from kjax.config.recorded import recorded_config_path
+    return bool(workdir) and paths.isfile(recorded_config_path(workdir))
+
+
 def load(args, parser):
     """The verb's config, every static check passed (before anything compiles)."""
     from kjax.config import load_config
@@ -87,7 +93,10 @@ def load(args, parser):
     else:
         from kjax.config import platform_defaults
         from kjax.config.recorded import load_run_config
-        config = load_run_config(args.config, overrides, run_workdir(args))
+        workdir = run_workdir(args)
+        if args.verb == "train" and getattr(args, "init_from", None) and not _has_recorded(workdir):
+            workdir = args.init_from   # a new phase: the parent's config, the overrides on top
+        config = load_run_config(args.config, overrides, workdir)
         # a verb that reads a run builds its model for this platform (train
         # resolves its own config against its workdir: kjax/pretrain/run_config.py)
         if args.verb != "train":

@@ -51,8 +51,9 @@ def register(verbs, add_config) -> None:
     tr.add_argument("--init-from", default=None, metavar="RUN",
                     help="a new phase: start from another run's parameters (its workdir, "
                     "checkpoints/ or checkpoints/STEP; a `kjax import` folder too), with this "
-                    "config's data, schedule and warmup (sets init.from_run); ignored once "
-                    "--workdir has checkpoints of its own")
+                    "config's data, schedule and warmup (sets init.from_run; without --config, "
+                    "the config RUN recorded, the overrides on top); ignored once --workdir has "
+                    "checkpoints of its own")
     tr.set_defaults(handler=run_train, distributed=True)
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
