@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kjax.config import load_config
+from kjax.config import load_config, platform_defaults
 from kjax.model import lookup as L
 from kjax.pretrain import aot
 
@@ -146,8 +146,8 @@ def _table_grads(dtype):
                  "tokenizer.vocab_size=2048", "model.dropout_rate=0.0",
                  "model.attention_dropout_rate=0.0", f"model.dtype={dtype}",
                  "data.max_seq_len=256", "train.batch_size=16"]
-    config = load_config(os.path.join(ROOT, "tpu_configs", "bert_base.py"),
-                         [f"--config.{o}" for o in overrides])
+    config = platform_defaults.resolved(load_config(
+        os.path.join(ROOT, "tpu_configs", "bert_base.py"), [f"--config.{o}" for o in overrides]))
     model = make_model(config, deterministic=True)
     batch = jax.tree.map(jnp.asarray, synthetic_batch(config, np.random.default_rng(0)))
     params = init_params(config, model)

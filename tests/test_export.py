@@ -305,7 +305,7 @@ def test_cli_multihot_import_export_and_tokenizer_hand_off(tmp_path):
         "tokenizer.path": f"{tmp_path}/mh", "model.vocab_size": vocab,
         "model.num_pos_tags": len(TAGS), "model.max_tokens_per_morpheme": 4,
         "train.mlm_loss": "eq9", "data.mask_unit": "morpheme"})
-    config = load_config(DEMO_CONFIG, overrides)
+    config = platform_defaults.resolved(load_config(DEMO_CONFIG, overrides))  # as a verb
     enc = EncoderConfig.from_config(config.model)
     params = random_params(enc, seed=9)
     hx.write_hf_model(params, enc, str(tmp_path / "hf"), heads=hx.PRETRAINING)

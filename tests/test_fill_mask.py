@@ -232,7 +232,7 @@ def multihot_run(tmp_path_factory):
     kjax's writer, brought in by `kjax import`): (config, workdir)."""
     from test_export import random_params
     from conftest import DEMO_CONFIG, tiny_overrides
-    from kjax.config import load_config
+    from kjax.config import load_config, platform_defaults
     from kjax.export import hf_export as hx
     from kjax.model.config import EncoderConfig
     from kjax.morph.tags import TAGS
@@ -246,7 +246,7 @@ def multihot_run(tmp_path_factory):
         "tokenizer.path": f"{tmp}/mh", "model.vocab_size": len(BASE_TOKENS) + len(words),
         "model.num_pos_tags": len(TAGS), "model.max_tokens_per_morpheme": 4,
         "train.mlm_loss": "eq9", "data.mask_unit": "morpheme"})
-    config = load_config(DEMO_CONFIG, overrides)
+    config = platform_defaults.resolved(load_config(DEMO_CONFIG, overrides))  # as a verb
     enc = EncoderConfig.from_config(config.model)
     hx.write_hf_model(random_params(enc, seed=3), enc, str(tmp / "hf"))
     assert main(["import", "--hf", str(tmp / "hf"), "--out", str(tmp / "w"), *overrides]) == 0
