@@ -60,7 +60,8 @@ def test_imported_tokenizer_ids_equal_transformers(tmp_path, with_json):
     want = AutoTokenizer.from_pretrained(tmp_path / "hf")
     report = hi.import_hf(str(tmp_path / "hf"), str(tmp_path / "w"), load_config(DEMO_CONFIG))
     assert report["tokenizer"] == str(tmp_path / "w" / "tokenizer.json")
-    config = load_config(report["config"])          # the written config reads it back
+    # the written config reads it back (resolved for this platform, as a verb loads it)
+    config = platform_defaults.resolved(load_config(report["config"]))
     assert config.tokenizer.scheme == "imported" and config.tokenizer.path == report["tokenizer"]
     tok = load_tokenizer(config)
     assert tok.special_ids == {"pad": 0, "unk": n - 4, "cls": n - 3, "sep": n - 2, "mask": n - 1}

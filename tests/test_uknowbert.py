@@ -5,7 +5,7 @@ import os
 import pytest
 
 from conftest import ROOT, tiny_overrides
-from kjax.config import load_config
+from kjax.config import load_config, platform_defaults
 from kjax.pretrain.prepare import prepare
 from kjax.tokens.factory import open_tokenizer, train_tokenizer
 from kjax.train.metrics import read_metrics
@@ -28,9 +28,10 @@ def variant_config(name, tmp, vocab=None):
         extra["model.vocab_size"] = vocab
     scheme = "multihot" if name not in ("bert_s",) else "morphsp"
     overrides = tiny_overrides(f"{tmp}/{scheme}", **extra)
-    return load_config(os.path.join(ROOT, "tpu_configs", f"{name}.py"),
-                       overrides + ["--config.data.corpus=konlpy",
-                                    "--config.data.document_per_file=True"])
+    # resolved for this platform, as a verb loads it: steps are built from it directly
+    return platform_defaults.resolved(load_config(
+        os.path.join(ROOT, "tpu_configs", f"{name}.py"),
+        overrides + ["--config.data.corpus=konlpy", "--config.data.document_per_file=True"]))
 
 
 @pytest.fixture(scope="module")

@@ -43,8 +43,7 @@ import jax.numpy as jnp
 
 from kjax.config.platform import platform
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
-from kjax.model.flash import MASK_VALUE, sharded_flash_attention
-from kjax.model.flash import tuning as flash_tuning
+from kjax.model.flash import MASK_VALUE, sharded_flash_attention, tiles_chosen_while
 
 __all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "flash_tiles_chosen",
            "fused_attention", "logits_mask"]
@@ -144,6 +143,4 @@ def flash_tiles_chosen(impl: str, trace) -> dict[str, str]:
     builds anything, so its program has every tile fixed."""
     if not may_run_flash(impl):
         return {}
-    flash_tuning.forget()   # this process's earlier choices are another config's
-    trace()
-    return flash_tuning.chosen()
+    return tiles_chosen_while(trace)

@@ -1,7 +1,9 @@
 """The flash-attention kernels with SHAKE's Eq. 1 and the dropout keep bits
 inside (Pallas: Triton on GPU, Mosaic on TPU, interpret mode on CPU), and
 the one function the model reaches them through, `sharded_flash_attention`
-(kjax/model/attention_core.py's `fused_attention` calls it):
+(kjax/model/attention_core.py's `fused_attention` calls it), and
+`tiles_chosen_while`, the tiles a trace of a step chose (attention_core's
+`flash_tiles_chosen`, for a run's config):
 
     attention.py   flash_attention: the forward and backward pallas_calls, custom VJP
     kernels.py     the kernel bodies (online softmax, Eq. 1, keep bits per tile)
@@ -25,7 +27,7 @@ from kjax.config.platform import platform
 from kjax.model.flash import tuning as flash_tuning
 from kjax.model.flash.attention import MASK_VALUE, flash_attention
 
-__all__ = ["MASK_VALUE", "sharded_flash_attention"]
+__all__ = ["MASK_VALUE", "sharded_flash_attention", "tiles_chosen_while"]
 
 
 def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, shake, bf,
@@ -79,6 +81,15 @@ def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, 
              P(), None if examples is None else P(heads[0]))
     return jax.shard_map(functools.partial(local, sharded=True), mesh=mesh, in_specs=specs,
                          out_specs=heads, check_vma=False)(*args)
+
+
+def tiles_chosen_while(trace) -> dict[str, str]:
+    """{call signature: tiles} of every flash call traced while `trace()` ran, each
+    chosen as `sharded_flash_attention` chooses (tuning.py); this process's
+    earlier choices are dropped first, as another config's."""
+    flash_tuning.forget()
+    trace()
+    return flash_tuning.chosen()
 
 
 def _names(axes) -> tuple:
