@@ -123,9 +123,15 @@ def test_imported_scheme_is_refused_where_it_cannot_work(tmp_path):
         train_tokenizer(config)
     with pytest.raises(KjaxError, match="imported tokenizer .* not found"):
         load_tokenizer(config)
-    from kjax.pretrain.prepare import pretraining_tokenizer   # masking needs kjax's [MASK]
-    with pytest.raises(KjaxError, match="cannot be pretrained on by kjax yet"):
-        pretraining_tokenizer(config)
+    from kjax.pretrain.prepare import pretraining_tokenizer   # masking writes kjax's [MASK]
+    n = wordpiece_folder(tmp_path / "hf", with_json=True)     # specials at 0 and n-4..n-1
+    foreign = load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
+                                        f"--config.tokenizer.path={tmp_path}/hf/tokenizer.json"])
+    with pytest.raises(KjaxError, match=rf"special tokens have the ids pad 0, unk {n - 4}, "
+                                        rf"cls {n - 3}, sep {n - 2}, mask {n - 1}; .* cannot "
+                                        rf"pretrain on this vocabulary yet") as e:
+        pretraining_tokenizer(foreign)
+    assert "\n" not in str(e.value)
     with pytest.raises(KjaxError, match="needs POS tags"):   # pretraining B from POS pairs
         check_config(load_config(DEMO_CONFIG, ["--config.tokenizer.scheme=imported",
                                                "--config.shake.variant=pos"]))

@@ -197,6 +197,39 @@ def test_continued_pretraining_of_an_imported_model(prepared, trained_run, tmp_p
     assert card.count("- started from") == 1
 
 
+def test_continued_pretraining_on_new_text_with_the_imported_vocabulary(prepared, trained_run,
+                                                                        tmp_path):
+    """A transformers folder whose vocabulary has kjax's special ids prepares new
+    text with its own tokenizer (tokenizer.scheme='imported'), and `kjax train
+    --init-from` continues it on that text with no --config: the import's own."""
+    import math
+    from kjax.cli import main
+    from kjax.config import load_config
+    from kjax.examples import records
+    overrides = tiny_overrides(str(prepared))
+    hf, imported = str(tmp_path / "hf"), str(tmp_path / "imported")
+    assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", trained_run,
+                 "--out", hf]) == 0
+    # a transformers BERT folder like any other (no kjax keys): its tokenizer.json is taken
+    hf_config = json.load(open(os.path.join(hf, "config.json")))
+    json.dump({k: v for k, v in hf_config.items() if not k.startswith("kjax_")},
+              open(os.path.join(hf, "config.json"), "w"))
+    assert main(["import", "--hf", hf, "--out", imported, *overrides]) == 0
+    config_file = os.path.join(imported, "kjax_config.py")
+    assert load_config(config_file).tokenizer.scheme == "imported"
+    data = str(tmp_path / "chatterbot")
+    new_text = ["--config.data.corpus=chatterbot-ko", f"--config.data.dir={data}"]
+    assert main(["prepare", "--config", config_file, *new_text]) == 0
+    assert records.read_meta(data)["train_examples"] > 0
+    workdir = str(tmp_path / "continued")
+    assert main(["train", "--workdir", workdir, "--init-from", imported, *new_text,
+                 "--config.train.num_steps=2", "--config.train.checkpoint_every=2"]) == 0
+    first = train_rows(workdir)[1]
+    vocab = load_config(config_file).model.vocab_size
+    assert math.isfinite(first["loss"]) and first["mlm_loss"] < math.log(vocab)  # not a fresh model's
+    assert json.load(open(os.path.join(workdir, "lineage.json")))["parent"] == imported
+
+
 def test_the_phase_presets_phases_check_and_compile_by_name(tmp_path):
     """tpu_configs/bert_base_phases.py and modern_base.py list their phases;
     `kjax compile --phase` and the compile cases pick one by name."""

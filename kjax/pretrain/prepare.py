@@ -35,6 +35,7 @@ from kjax.inputs import mask_example
 from kjax.examples.pairs import pairs_from_document
 from kjax.text.corpus import CorpusStats, iter_documents, resolve_corpus
 from kjax.tokens.factory import load_tokenizer, tokenizer_file
+from kjax.tokens.sentencepiece import KJAX_SPECIAL_IDS
 
 # Counters every chunk reports (its marker) and `prepare` sums into meta.json.
 CHUNK_COUNTS = ("train_examples", "eval_examples", "tokens", "documents",
@@ -192,13 +193,19 @@ def corpus_sources(config) -> list:
 
 
 def pretraining_tokenizer(config):
-    """The tokenizer of the examples; an imported vocabulary is refused: its
-    [MASK] and other specials are not kjax's fixed ids 0..4, which masking uses."""
-    if config.tokenizer.scheme == "imported":
-        raise KjaxError("tokenizer.scheme='imported' (a transformers folder's vocabulary) "
-                        "cannot be pretrained on by kjax yet: fine-tune the imported model "
-                        "with `kjax finetune`, or pretrain with a kjax tokenizer scheme")
-    return load_tokenizer(config)
+    """The tokenizer of the examples. An imported vocabulary (`kjax import`:
+    continued pretraining of a transformers model on new text) is taken when
+    its specials sit at kjax's ids ([PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3,
+    [MASK] 4), which pairs, masking and padding write; else refused in one line."""
+    tok = load_tokenizer(config)
+    specials = getattr(tok, "special_ids", None)
+    if specials and specials != KJAX_SPECIAL_IDS:
+        found = ", ".join(f"{role} {i}" for role, i in specials.items())
+        raise KjaxError(f"{config.tokenizer.path}: the imported vocabulary's special tokens "
+                        f"have the ids {found}; kjax's examples write pad 0, unk 1, cls 2, "
+                        f"sep 3, mask 4, so kjax cannot pretrain on this vocabulary yet: "
+                        f"fine-tune the imported model with `kjax finetune`")
+    return tok
 
 
 def check_inputs(config, sources) -> None:
