@@ -57,3 +57,21 @@ def test_the_sanity_config_shares_one_vocabulary_that_lines_up_with_morphemes():
     assert config.tokenizer.scheme == "morph-sp"   # POS B, shared positions, merging need it
     assert config.model.vocab_size == config.tokenizer.vocab_size
     assert config.train.nsp_weight == 0 and config.data.nsp_prob == 0   # SHAKE's RoBERTa recipe
+
+
+def test_the_electra_comparison_runs_both_arms_at_equal_flops():
+    """experiments/electra_vs_mlm.sh: its frozen config is the BERT arm, the
+    script's ELECTRA keys make the other, and BERT's step count for equal FLOPs
+    is the one docs/EXPERIMENTS.md reports (800 ELECTRA steps → 858)."""
+    from kjax.objectives import check_config
+    from kjax.train.step import flops_per_example
+    path = os.path.join(ROOT, "experiments", "configs", "electra_vs_mlm.py")
+    script = open(os.path.join(ROOT, "experiments", "electra_vs_mlm.sh"), encoding="utf-8").read()
+    electra_keys = shlex.split(re.search(r'^ELECTRA="([^"]*)"', script, re.M).group(1))
+    bert, electra = load_config(path), load_config(path, electra_keys)
+    check_config(bert), check_config(electra)
+    assert (bert.model.arch, bert.train.nsp_weight) == ("bert", 0.0)
+    assert (electra.model.arch, electra.train.rtd_weight) == ("electra", 50.0)
+    flops = {name: flops_per_example(c.model, c.data.max_seq_len, c.data.max_predictions_per_seq)
+             for name, c in (("bert", bert), ("electra", electra))}
+    assert round(800 * flops["electra"] / flops["bert"]) == 858
