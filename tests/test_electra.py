@@ -132,20 +132,11 @@ def electra_run(prepared, tmp_path_factory):
 def test_kill_and_resume_is_bit_exact(prepared, electra_run, tmp_path):
     """Stopped at step 3 and resumed: the parameters and the logged metrics of
     steps 4-6 are the uninterrupted run's, bit for bit."""
-    from test_train import final_params, metrics_without_timing
-    config = electra_config(prepared)
-    straight, resumed = electra_run, str(tmp_path / "resumed")
-    assert train(config, resumed, progress=False, stop_at=3)["final_step"] == 3
-    train(config, resumed, progress=False)
-    (s_state, s_data), (r_state, r_data) = final_params(config, straight), \
-        final_params(config, resumed)
-    assert int(r_state["step"]) == 6 and s_data == r_data
-    for a, b in zip(jax.tree.leaves(s_state), jax.tree.leaves(r_state)):
-        assert np.array_equal(a, b)
-    s_rows, r_rows = metrics_without_timing(straight), metrics_without_timing(resumed)
+    from test_train import assert_stop_and_resume_is_bit_exact
+    rows = assert_stop_and_resume_is_bit_exact(electra_config(prepared), electra_run,
+                                               str(tmp_path / "resumed"))
     for step in (4, 5, 6):
-        assert s_rows[(step, "train")] == r_rows[(step, "train")]
-        assert "rtd_precision" in s_rows[(step, "train")]
+        assert "rtd_precision" in rows[(step, "train")]
 
 
 def test_rtd_labels_count_a_sample_equal_to_the_original_as_original():

@@ -75,6 +75,13 @@ def test_kill_and_resume_is_bit_exact(prepared, tmp_path, generator, request):
         shutil.copytree(request.getfixturevalue("trained_run"), straight)
     else:
         train(config, straight, progress=False)
+    assert_stop_and_resume_is_bit_exact(config, straight, resumed)
+
+
+def assert_stop_and_resume_is_bit_exact(config, straight: str, resumed: str) -> dict:
+    """`resumed` trained to step 3, stopped, then to 6 as a new process would:
+    the state, loader state and logged rows of steps 4–6 equal the uninterrupted
+    run in `straight` (trained to 6). Returns straight's rows."""
     first = train(config, resumed, progress=False, stop_at=3)
     assert first["final_step"] == 3
     train(config, resumed, progress=False)  # a new process would do exactly this
@@ -85,6 +92,7 @@ def test_kill_and_resume_is_bit_exact(prepared, tmp_path, generator, request):
     s_rows, r_rows = metrics_without_timing(straight), metrics_without_timing(resumed)
     for step in (4, 5, 6):
         assert s_rows[(step, "train")] == r_rows[(step, "train")]
+    return s_rows
 
 
 def test_training_lowers_the_loss_and_writes_outputs(prepared, tmp_path):

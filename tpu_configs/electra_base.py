@@ -23,10 +23,8 @@ vocabulary; this preset keeps kjax's 32k sentencepiece vocabulary.
 
 The batch runs in two microbatches of 128 (16 rows per core, bert_base.py's
 load, which fits; batch 256 in one pass does not fit bert_base alone): the
-whole batch's step (kjax/train/accumulation.py). A projection, not a
-measurement, until the compile record has it: XLA:CPU gives this step 1.3×
-bert_base's temporaries at one row a device, ~12 GiB per core of 16 on a
-v3-8 when scaled to bert_base.py's record.
+whole batch's step (kjax/train/accumulation.py); the memory below is that
+split's step.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch

@@ -25,10 +25,7 @@ is --config.model.generator_hidden_size=64 --config.data.max_seq_len=128
 --config.train.microbatches=1 --config.train.num_steps=1000000.
 
 The batch runs in two microbatches (32 rows per core each, the whole batch's
-step: kjax/train/accumulation.py). A projection, not a measurement, until
-the compile record has it: XLA:CPU's memory analysis at one row a device,
-scaled as bert_base.py's CPU figure scales to its v3-8 record, puts a
-microbatch near 8 GiB per core and one pass of 64 rows near 15 of 16.
+step: kjax/train/accumulation.py); the memory below is that split's step.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch

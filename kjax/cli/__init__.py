@@ -76,12 +76,6 @@ def run_workdir(args) -> str | None:
     return getattr(args, "workdir", None)
 
 
-def _has_recorded(workdir: str | None) -> bool:
-    from kjax import paths
-    from kjax.config.recorded import recorded_config_path
-    return bool(workdir) and paths.isfile(recorded_config_path(workdir))
-
-
 def load(args, parser):
     """The verb's config, every static check passed (before anything compiles)."""
     from kjax.config import load_config
@@ -92,9 +86,10 @@ def load(args, parser):
         config = load_config(args.config or DEMO_CONFIG, overrides)
     else:
         from kjax.config import platform_defaults
-        from kjax.config.recorded import load_run_config
+        from kjax.config.recorded import has_recorded_config, load_run_config
         workdir = run_workdir(args)
-        if args.verb == "train" and getattr(args, "init_from", None) and not _has_recorded(workdir):
+        if args.verb == "train" and getattr(args, "init_from", None) and \
+                not has_recorded_config(workdir):
             workdir = args.init_from   # a new phase: the parent's config, the overrides on top
         config = load_run_config(args.config, overrides, workdir)
         # a verb that reads a run builds its model for this platform (train

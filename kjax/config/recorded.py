@@ -26,6 +26,11 @@ def recorded_config_path(workdir: str) -> str:
     return paths.join(workdir, RECORDED_CONFIG)
 
 
+def has_recorded_config(workdir: str | None) -> bool:
+    """Whether `workdir` (a run folder) holds the config a run recorded."""
+    return bool(workdir) and paths.isfile(recorded_config_path(workdir))
+
+
 def config_file_text(config: ConfigDict, header: str) -> str:
     """A config file (`get_config()` setting every key on the defaults) with a
     docstring."""
@@ -123,7 +128,7 @@ def load_run_config(config_path: str | None, overrides: list[str],
     given, noting keys that differ from the run's recorded config; else the
     recorded config (+ overrides)."""
     recorded = recorded_config_path(workdir_of(workdir)) if workdir else None
-    has_recorded = bool(recorded) and paths.isfile(recorded)
+    has_recorded = has_recorded_config(workdir_of(workdir) if workdir else None)
     if config_path is None:
         if not has_recorded:
             where = f"{workdir} has no {RECORDED_CONFIG}" if workdir else "no --workdir given"

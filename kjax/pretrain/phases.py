@@ -30,7 +30,7 @@ from kjax import paths
 from kjax.checkpoint import fingerprint
 from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
 from kjax.config.load import load_config
-from kjax.config.recorded import recorded_config_path, workdir_of
+from kjax.config.recorded import has_recorded_config, recorded_config_path, workdir_of
 from kjax.errors import KjaxError
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
@@ -62,7 +62,7 @@ def describe(lineage: dict | None) -> str:
 def parent_config(config, parent: str):
     """The parent run's recorded config, on this run's mesh."""
     recorded = recorded_config_path(parent)
-    if not paths.isfile(recorded):
+    if not has_recorded_config(parent):
         raise KjaxError(f"--init-from {parent}: it has no kjax_config.py, so its model is "
                         f"unknown; {HINT} of a `kjax train` or `kjax import` run")
     c = load_config(recorded)

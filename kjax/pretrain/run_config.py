@@ -25,10 +25,9 @@ from __future__ import annotations
 import jax
 from ml_collections import ConfigDict, FrozenConfigDict
 
-from kjax import paths
 from kjax.config import platform_defaults
 from kjax.config.load import load_config
-from kjax.config.recorded import note, recorded_config_path
+from kjax.config.recorded import has_recorded_config, note, recorded_config_path
 from kjax.errors import KjaxError
 from kjax.model.attention_core import flash_tiles_chosen
 from kjax.pretrain import aot
@@ -38,11 +37,10 @@ from kjax.pretrain.resume_policy import check_resume
 def read_recorded(workdir: str) -> ConfigDict | None:
     """The config the workdir recorded; None where there is none, or it does
     not load (record_config replaces it then, saying so)."""
-    path = recorded_config_path(workdir)
-    if not paths.isfile(path):
+    if not has_recorded_config(workdir):
         return None
     try:
-        return load_config(path)
+        return load_config(recorded_config_path(workdir))
     except KjaxError:
         return None
 
