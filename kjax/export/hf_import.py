@@ -13,7 +13,7 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
 - ELECTRA discriminator: the encoder only (its replaced-token head is not a
   kjax head); an embedding_size below hidden_size (KoELECTRA-small) becomes
   model.embedding_size, with `embeddings_project` after the embeddings' LayerNorm.
-  With its generator it is one ELECTRA run instead: kjax/export/electra_import.py.
+  With its generator it is one ELECTRA run instead: kjax/export/electra_pair_import.py.
 - kjax multi-hot (model_type "kjax_multihot", written by `kjax export`): BERT
   plus E_inpos/E_postag; the config becomes input_mode='multihot', and a
   one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
@@ -33,8 +33,8 @@ import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
-from kjax.export import electra_export as ee
 from kjax.export import multihot_export as mx
+from kjax.export import narrow_embedding_export as ne
 from kjax.inputs import MODES, input_mode
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
                                    _set, module_from_torch, stack_layers)
@@ -147,7 +147,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
         tensors = {f"{prefix}.{k}" if k.startswith(("embeddings.", "encoder.", "pooler."))
                    else k: v for k, v in tensors.items()}   # saved from the bare model
     if any(k.startswith("generator_predictions.") for k in tensors):
-        arch = {**arch, "heads": ee.HEADS, "mlm_bias": ee.MLM_BIAS}
+        arch = {**arch, "heads": ne.HEADS, "mlm_bias": ne.MLM_BIAS}
     used: set[str] = set()
 
     def take(name: str, kind: str, required: bool = True):
@@ -307,13 +307,14 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
     from flax import traverse_util
     from kjax.checkpoint.manager import Checkpointer
     from kjax.config.platform_defaults import resolved
+    from kjax.model.arch import architecture
     from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import abstract_state, make_model, make_optimizer
     check_config(config)
     # Models are built from resolved configs; the file keeps the auto values, for
     # the platform `kjax train` runs on to resolve (they change no parameter).
-    built = resolved(config)
+    built = resolved(config, keys=architecture(config).auto_keys)
     tx = make_optimizer(built.train)
     model = make_model(built, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
