@@ -1,6 +1,6 @@
-"""Replaced-token detection (METHODS §6, ELECTRA): on with an architecture that
-has its head (kjax/model/arch: model.arch='electra'),
-weighted by λ = train.rtd_weight (the paper's 50). The generator's MLM is the
+"""Replaced-token detection (METHODS §6, ELECTRA): on with an architecture
+that has its head (kjax/model/arch: model.arch='electra'), weighted by
+λ = train.rtd_weight (the paper's 50). The generator's MLM is the
 `mlm` objective on the generator's logits, so the training loss is
 L_MLM(θ_G) + λ · L_Disc(θ_D), each term a mean over its own slots (masked
 positions, real tokens): gradient accumulation weighs each by its share.
