@@ -86,6 +86,9 @@ def test_bad_schedules_are_one_line(prepared, tmp_path):
                                         r"18\); set --config.data.max_predictions_per_seq=18"):
         check_config(tiny_config(tmp_path, **{**THIRTY_TO_FIFTEEN,
                                               "data.max_predictions_per_seq": 10}))
+    with pytest.raises(KjaxError, match=r"with train.packing=True: a packed row holds"):
+        check_config(tiny_config(tmp_path, **THIRTY_TO_FIFTEEN, **{
+            "train.packing": True, "train.nsp_weight": 0.0}))
     with pytest.raises(KjaxError, match="final_masked_lm_prob=1.5"):
         check_config(tiny_config(tmp_path, **{"data.final_masked_lm_prob": 1.5}))
     recorded = tiny_config(tmp_path, **THIRTY_TO_FIFTEEN)

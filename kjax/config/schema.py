@@ -256,7 +256,8 @@ TRAIN = {
     "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
     "loader_workers": at_least(0, 0, "grain worker processes building batches (mp_prefetch; "
                                "0: reader threads in the training process); the same batches "
-                               "for any value; keep it fixed across resumes of a run"),
+                               "for any value, and a resume may change it (train.packing: keep "
+                               "it fixed across resumes of a run)"),
     "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
                    "attention inside an example, positions restart; kjax/batches/packing.py): "
                    "no NSP, one-hot input, no knowledge heads or B"),

@@ -130,6 +130,11 @@ def validate_mask_rates(c) -> None:
         raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} needs data.masking='dynamic' "
                         f"(static masks were drawn once, at prepare, at one rate); set "
                         f"--config.data.masking=dynamic or data.mask_schedule='constant'")
+    if scheduled(d) and c.train.packing:
+        raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} with train.packing=True: a "
+                        f"packed row holds a varying number of examples, so the step a record "
+                        f"lands in is not known when it is masked; set train.packing=False, or "
+                        f"give each phase its own constant data.masked_lm_prob")
     if not scheduled(d) and not d.eval_masked_lm_prob:
         return   # one rate, as before: prepare's slots were sized for it
     maskable = d.max_seq_len - 3   # [CLS] A [SEP] B [SEP]
