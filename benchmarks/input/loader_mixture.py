@@ -95,7 +95,7 @@ def main():
         out.append({"row": f"loader: {name}", "figures": {
             "examples_per_s": round(wall, 1), "examples_per_cpu_s": round(cpu, 1),
             "vs_one_source": round(wall / base, 3)}})
-    notes = (f"Data: {args.data} (seq {seq}), batch {args.batch}, dynamic masking, "
+    notes = (f"Data: {os.path.relpath(args.data, harness.ROOT)} (seq {seq}), batch {args.batch}, dynamic masking, "
              f"train.loader_workers=0 (grain's 2 reader threads), {args.rounds} alternating "
              f"rounds × {args.batches} batches per row, medians.")
     print("\n".join(lines) + "\n" + notes)
