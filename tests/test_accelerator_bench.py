@@ -264,3 +264,21 @@ def test_modern_compile_prints_every_phase(tmp_path):
     assert rows[2][4].strip() == "off" and "Longest host events while compiling" in proc.stdout
     for phase in ("start", "init", "batch", "lower", "compile", "step 1", "step 2"):
         assert f"] {phase}: s " in proc.stdout
+
+
+@pytest.mark.slow
+def test_dropout_paths_and_accumulation_parts_run_at_tiny_sizes(tmp_path):
+    """(p): every attention-dropout path has its row (cuDNN's say they need a
+    GPU; kjax's explicit and flash paths are timed, each in its own child);
+    (k): k = 1 against k = 2 alternating, both sides' first losses equal."""
+    out = tmp_path / "out"
+    proc = bench("benchmarks/gpu/suite.py", "--tiny", "--parts", "pk", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part_p = proc.stdout.split("#### (p)")[1].split("#### (k)")[0]
+    for name in ("explicit path, kjax's hashed bits", "flash kernel, kjax's hashed bits"):
+        assert re.search(rf"^\| {re.escape(name)} \| 64 \| 2 \| [\d.]+ \| – \| ok \|", part_p,
+                         re.M), name
+    assert part_p.count("skipped: needs a GPU") == 3   # the floor and cuDNN's own dropout ×2
+    losses = re.findall(r"^\| k=\d[^|]* \| [\d.]+ \| [\d.]+ \| [\d.]+× \|.* \| ([\d.]+) \|$",
+                        proc.stdout.split("#### (k)")[1], re.M)
+    assert len(losses) == 2 and losses[0] == losses[1], proc.stdout[-2000:]

@@ -17,7 +17,11 @@ is read back by the next (column "cache").
     (f) `kjax train` of a small model: SIGTERM, SIGKILL, resume (system/train_resume.py);
     (g) where the preset step's time goes: per-kernel profile (step/profile_step.py);
     (m) modern_base's start → first step, phase by phase, per compile variant
-        (step/modern_compile.py; not in the full set: a run of its own).
+        (step/modern_compile.py; not in the full set: a run of its own);
+    (p) the attention-dropout paths, one layer at seq 512: explicit, flash and
+        cuDNN's own fused dropout, each in a child process (kernels/dropout_paths.py);
+    (k) BERT-base seq 512 batch 32: the step whole (k = 1) against 4
+        microbatches, alternating (step/accumulation.py).
 
 `--settle` runs the call that settles the attention questions instead
 (benchmarks/gpu/settle.py; ≤ 9 min): (s) six BERT-base step rows taking
@@ -73,7 +77,8 @@ import settle  # noqa: E402
 # seconds per part: (--tiny on CPU, --quick, full)
 LIMITS = {"a": (300, 150, 130), "b": (300, 0, 90), "c_kjax": (200, 75, 70),
           "c_torch": (200, 50, 60), "d": (200, 0, 40), "e": (200, 0, 40),
-          "f": (400, 0, 60), "g": (200, 0, 50), "m": (600, 420, 420)}
+          "f": (400, 0, 60), "g": (200, 0, 50), "m": (600, 420, 420), "p": (300, 80, 90),
+          "k": (300, 70, 80)}
 FIGURES = ("ms", "tokens_per_s", "mfu", "compile_s", "first_step_s", "peak_gib", "cache",
            "first_loss")
 
@@ -256,6 +261,18 @@ def main():
                      *keep_records, *bert["extra"]], "profile_step.py")
         for name in ("profile.md", "step.hlo.txt.gz", "**/*.trace.json.gz"):
             keep(os.path.join(scratch, "profile", name), "profile")
+    if "p" in parts:
+        part("p", "the attention-dropout paths, one layer fwd + bwd (kernels/dropout_paths.py)")
+        script("p", ["kernels/dropout_paths.py", "--seqs", "512", "--steps", "10",
+                     *(["--tiny"] if tiny else []), *keep_records], "dropout_paths.py")
+    if "k" in parts:
+        part("k", f"BERT-base seq {bert['seq']} batch {bert['batch']}: k = 1 against {2 if tiny else 4} "
+             "microbatches, alternating (step/accumulation.py)")
+        script("k", ["step/accumulation.py", "--preset", bert["preset"], "--seq",
+                     str(bert["seq"]), "--batch", str(bert["batch"]), "--dtype", bert["dtype"],
+                     "--k", "1,2" if tiny else "1,4", "--rounds", "2" if tiny else "6",
+                     "--steps", "1" if tiny else "3", *keep_records, *bert["extra"]],
+               "accumulation.py")
     if "m" in parts:
         part("m", "modern_base: start → first step, phase by phase (step/modern_compile.py)")
         script("m", ["step/modern_compile.py", "--out", os.path.join(args.out, "modern_compile"),
