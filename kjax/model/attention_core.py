@@ -18,11 +18,11 @@
 
 The rule follows measurements, not expectations: on CPU XLA's form of
 dot_product_attention is the same algorithm as the explicit path with extra
-mask plumbing, and TPU runs the same XLA code. On an H200 (2026-12-04,
+mask plumbing, and TPU runs the same XLA code. On an H200 (measured with jax 0.11.2,
 docs/PERFORMANCE.md, "What decides speed: attention paths") the BERT-base
 step with attention dropout in the kernel took 0.84× the explicit path's
 time, with pairs B and dropout 0.86×, and the modern_base step on the kernel
-0.86× its step on cuDNN, whose mask-as-bias computes every key of a local
+0.86× its step on cuDNN, whose mask as a bias computes every key of a local
 layer where the kernel skips the blocks outside the window; without any of
 these features cuDNN stays ahead of the kernel (1.3× at seq 512–2048). On
 TPU v4+ the kernel goes through Mosaic; v2/v3's Mosaic refuses its bf16
