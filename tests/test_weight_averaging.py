@@ -98,6 +98,22 @@ def test_without_a_decay_the_state_holds_no_ema(prepared):
     assert shardings["ema"] == shardings["params"]   # sharded as the params, leaf by leaf
 
 
+def test_the_op_by_op_init_gives_the_ema_buffers_of_its_own(prepared, monkeypatch):
+    """One GPU process initialises op by op (kjax/train/state.py): the EMA is a
+    copy of the params in buffers of its own, so the donated state aliases
+    nothing."""
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train import state as st
+    monkeypatch.setattr(st, "op_by_op_init", lambda mesh: True)
+    config = ema_config(prepared)
+    state, _ = st.init_state(config, make_mesh(config), st.make_model(config, False),
+                             st.make_optimizer(config.train))
+    for e, p in zip(jax.tree.leaves(state["ema"]), jax.tree.leaves(state["params"])):
+        assert e.sharding == p.sharding and np.array_equal(e, p)
+        assert {s.data.unsafe_buffer_pointer() for s in e.addressable_shards}.isdisjoint(
+            s.data.unsafe_buffer_pointer() for s in p.addressable_shards)
+
+
 def test_a_run_with_an_ema_killed_while_saving_resumes_bit_exactly(prepared, ema_run,
                                                                    tmp_path):
     """kill -9 (SIGKILL) in the middle of saving step 5, then the same command:
@@ -209,6 +225,9 @@ def test_a_run_without_an_ema_asked_for_one_is_one_line(trained_run, tmp_path, c
         assert main([*argv, "--weights", "ema"]) == 2, verb
         assert "was trained without an EMA of its parameters (train.ema_decay=0" in \
             one_line_error(capsys), verb
+    assert main(["train", "--workdir", str(tmp_path / "phase"), "--init-from", trained_run,
+                 "--config.init.weights=ema"]) == 2
+    assert "init.weights ema: " in one_line_error(capsys)
     assert not os.path.exists(tmp_path / "hf") and not os.path.exists(tmp_path / "avg")
     assert main(["finetune", "--config", DEMO_CONFIG, "--task", "classify", "--train",
                  "x.jsonl", "--init", "none", "--out", str(tmp_path / "ft"),
@@ -311,6 +330,8 @@ def test_average_refusals_are_one_line_and_write_nothing(prepared, ema_run, tmp_
         "hold different models (params/": ["--workdir", f"{ema_run}/checkpoints/6",
                                            "--workdir", f"{other}/checkpoints/0"],
         "already holds checkpoints": ["--workdir", ema_run, "--last", "2", "--out", other],
+        "a source's checkpoints": ["--workdir", ema_run, "--last", "2", "--out",
+                                   f"{ema_run}/checkpoints/99"],
     }
     for message, argv in cases.items():
         argv = argv if "--out" in argv else [*argv, "--out", out]

@@ -22,10 +22,13 @@ Refused in one line before any array is read: a step a run does not hold, a
 run whose checkpoints are not said (--steps, --last, or RUN/checkpoints/STEP),
 fewer than two checkpoints, one named twice, checkpoints whose weights differ
 in names, shapes or dtypes or whose model.arch / model.input_mode differ,
-`--weights ema` of a run without an EMA, an OUT that holds checkpoints.
+`--weights ema` of a run without an EMA, an OUT that holds checkpoints or
+lies inside a source's checkpoints.
 One process, the weights gathered on the host (as `kjax export`).
 """
 from __future__ import annotations
+
+import os
 
 import jax
 import numpy as np
@@ -135,6 +138,12 @@ def check_same_model(chosen, configs: dict, weights: str) -> None:
                             f"{_shown(first.get(k))}); average checkpoints of one model")
 
 
+def _within(path: str, folder: str) -> bool:
+    def norm(p):
+        return p.rstrip("/") if paths.is_remote(p) else os.path.abspath(p)
+    return (norm(path) + "/").startswith(norm(folder) + "/")
+
+
 def _target(config):
     return abstract_state(config, make_mesh(config), make_model(config, False),
                           make_optimizer(config.train))
@@ -148,6 +157,10 @@ def average(sources: list[str], out: str, steps: list[int] | None = None,
         raise KjaxError(f"--out {out}: {out_checkpoints} already holds checkpoints; pass a "
                         f"new or empty --out (kjax average never writes over a run)")
     chosen = choose(sources, steps, last)
+    inside = next((d for _, d, _ in chosen if _within(out, d)), None)
+    if inside:   # orbax would list it as a step of that run
+        raise KjaxError(f"--out {out} is inside {inside}, a source's checkpoints; write the "
+                        f"average to a folder of its own")
     configs = {run: source_config(run) for run, _, _ in chosen}
     check_same_model(chosen, configs, weights)
     targets, total, sources_seen = {}, None, []

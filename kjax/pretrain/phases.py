@@ -82,9 +82,9 @@ def init_from_parent(config, mesh, model, tx, shardings) -> tuple[dict, dict]:
     directory, step = locate_checkpoint(config.init.from_run, "--init-from", HINT)
     parent = workdir_of(directory)
     pconfig, recorded = parent_config(config, parent)
+    check_weights(pconfig, config.init.weights, parent, "init.weights")
     ptx = make_optimizer(pconfig.train)
     target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False), ptx)
-    check_weights(pconfig, config.init.weights, parent, "init.weights")
     pstate, _, step = restore_read_only(directory, target, step, what="--init-from STEP")
     state, _ = init_state(config, mesh, model, tx, shardings)
     params, notes = graft(state["params"], chosen_weights(pstate, config.init.weights), config,
