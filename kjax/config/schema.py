@@ -235,6 +235,10 @@ TRAIN = {
     "b2": share(0.999, "Adam beta2"),
     "eps": at_least(0, 1e-6, "Adam epsilon"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
+    "ema_decay": share(0.0, "d of an exponential moving average of the parameters, kept in "
+                       "the state and checkpoints (decay min(d, t/(t+10)) at update t; "
+                       "kjax/train/ema.py); eval, export, fill-mask, finetune take it with "
+                       "--weights ema (0: none; 0.999 averages about the last 1000 steps)"),
     "nsp_weight": at_least(0, 1.0, "weight of the NSP loss (0: MLM only)"),
     "rtd_weight": positive(50.0, "electra: λ, the weight of the replaced-token-detection "
                            "loss beside the generator's MLM loss (ELECTRA: 50)"),
@@ -314,6 +318,9 @@ FINETUNE = {
     "max_query_len": at_least(1, 64, "qa: question tokens kept (the rest is cut)"),
     "max_answer_len": at_least(1, 30, "qa: longest answer span, in model positions"),
     "n_best": at_least(1, 20, "qa: start and end candidates per window when decoding"),
+    "init_weights": Key("params", "which weights of the --init checkpoint: params, or ema "
+                        "(their moving average: a run with train.ema_decay > 0); --weights "
+                        "sets it", choices=("params", "ema")),
     "shake": FINETUNE_SHAKE,
 }
 
@@ -343,6 +350,9 @@ INIT = {
     "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
                          "(freshly initialised) or copy (the parent's rows repeated, as "
                          "KoBigBird grew BERT's)", choices=("init", "copy")),
+    "weights": Key("params", "with from_run: which of the parent's weights to start from, "
+                   "params or ema (their moving average: a parent with train.ema_decay > 0)",
+                   choices=("params", "ema")),
 }
 
 SCHEMA = {

@@ -50,6 +50,10 @@ def lineage_lines(workdir: str) -> list[str]:
     """Where the run's parameters came from, parent by parent (kjax/pretrain/phases.py)."""
     lines, lineage = [], read_lineage(workdir)
     while lineage:
+        if "averaged" in lineage:   # `kjax average`: its sources, each with its fingerprint
+            fingerprints = ", ".join(s["fingerprint"] for s in lineage["averaged"])
+            lines.append(f"- {describe(lineage)} (checkpoint fingerprints {fingerprints})")
+            break
         lines.append(f"- started {describe(lineage)} (checkpoint fingerprint "
                      f"{lineage['parent_fingerprint']})")
         lineage = lineage.get("parent_lineage")
@@ -123,10 +127,11 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool,
 
 def write_model_card(config, workdir: str, out_dir: str, step: int, architecture: str,
                      with_heads: bool, dtype: str, tokenizer: dict,
-                     shown_as: str | None = None, pooler: bool = True) -> str:
+                     shown_as: str | None = None, pooler: bool = True,
+                     weights: str = "params") -> str:
     """README.md: what was trained, on what, for how long, and how it ended
     (`shown_as`: the folder's name in the usage lines, when written elsewhere;
-    `pooler`: whether the folder holds one). Only the objectives the run's
+    `pooler`: whether the folder holds one; `weights`: params or ema). Only the objectives the run's
     config turned on are named and reported, only heads that trained written."""
     m, d, t = config.model, config.data, config.train
     enc = EncoderConfig.from_config(m)
@@ -165,6 +170,9 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, architecture
              + f", {t.optimizer}, learning rate {t.learning_rate} ({t.schedule}), warmup "
              f"{t.warmup_steps}, weight decay {t.weight_decay}",
              *lineage_lines(workdir),
+             *([f"- weights: the exponential moving average of the parameters "
+                f"(train.ema_decay {t.ema_decay}), not the step's parameters"]
+               if weights == "ema" else []),
              f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
     metrics = _last_metrics(workdir)
     if metrics:

@@ -28,6 +28,7 @@ from kjax.batches.loader import eval_batches, train_dataset
 from kjax.checkpoint import storage
 from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest, restore_step
+from kjax.checkpoint.restore import check_weights, chosen_weights
 from kjax.errors import KjaxError
 from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
@@ -293,9 +294,11 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     return last
 
 
-def evaluate(config, workdir: str, step: int | None = None) -> dict:
+def evaluate(config, workdir: str, step: int | None = None, weights: str = "params") -> dict:
     """Held-out metrics of `step`, or of the newest checkpoint that verifies
-    (damaged newer ones are named and skipped, not moved: eval only reads)."""
+    (damaged newer ones are named and skipped, not moved: eval only reads);
+    `weights`: its params or their EMA (kjax/checkpoint/restore.py)."""
+    check_weights(config, weights, workdir)
     s = Session(config, workdir, read_only=True)
     try:
         target, shardings = abstract_state(config, s.mesh, s.train_model, s.tx)
@@ -308,7 +311,8 @@ def evaluate(config, workdir: str, step: int | None = None) -> dict:
                                 f"(`kjax train`)")
             state, _, step = found
         eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
-        result = {"step": step, **s.evaluate(eval_step, state["params"])}
+        result = {"step": step, "weights": weights,
+                  **s.evaluate(eval_step, chosen_weights(state, weights))}
         if lineage := phases.describe(phases.read_lineage(workdir)):
             result["started"] = lineage   # a phase: the run its parameters came from
     finally:
