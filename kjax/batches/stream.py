@@ -25,8 +25,11 @@ kjax/train/stream_meter.py). A resume rebuilds the stream at k, whatever its
 worker count; a later run may take the stream over at k with another batch
 size (a batch ramp changes `step_of_position` and the batch a position
 belongs to, nothing else) or, in a mixture, other weights: `origin`
-({"position": K0, "source_examples": {name: consumed}}, the parent's state)
-starts a new mixing at K0 with each source continuing where it stood.
+({"position": K0, "source_examples": {name: consumed}}, from the parent's
+data state: its position and its counters' `sources.examples`) starts a new
+mixing at K0 with each source continuing where it stood, its masks drawn on
+a generator of its own (`mask_seed`). The same weights need no origin: the
+position alone continues the parent's mixing.
 
 Checkpoints written before this (grain's own `{"next_index": batches}`, or
 its worker-process state) are read as positions. Packed rows
