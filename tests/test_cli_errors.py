@@ -31,6 +31,14 @@ def _cases(tmp):
         "tokenizer stats, no tokenizer": ["tokenizer", "stats", "--config", DEMO_CONFIG, *tok],
         "prepare, no tokenizer": ["prepare", "--config", DEMO_CONFIG, *tok],
         "train, no data": ["train", "--config", DEMO_CONFIG, "--workdir", empty, *tok],
+        "train, a missing source": ["train", "--config", DEMO_CONFIG, "--workdir", empty, *tok,
+                                    "--config.data.sources={'web': {'dir': '%s'}}" % missing],
+        "train, a negative weight": ["train", "--config", DEMO_CONFIG, "--workdir", empty,
+                                     "--config.data.sources={'web': {'dir': 'x', "
+                                     "'weight': -0.5}}"],
+        "train, a schedule with static masks": [
+            "train", "--config", DEMO_CONFIG, "--workdir", empty, "--config.data.masking=static",
+            "--config.data.mask_schedule=linear"],
         "eval, no run": ["eval", "--workdir", empty],
         "eval, no checkpoint": ["eval", "--config", DEMO_CONFIG, "--workdir", empty, *tok],
         "export, no checkpoint": ["export", "--config", DEMO_CONFIG, "--workdir", empty,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from kjax.config.mask_schedule import scheduled
+from kjax.config.sources import sources
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
 from kjax.objectives import objectives_title, reported_metrics, trained_head_params
@@ -14,6 +16,23 @@ from kjax.pretrain.phases import describe, read_lineage
 EXAMPLE = "대한민국의 수도는 서울이다."
 MASKED = "대한민국의 수도는 [MASK]이다."
 MASKED_GLUED = "저는 커피[MASK] 좋아합니다."   # a particle: one piece in any vocabulary
+
+
+def corpus_text(config) -> str:
+    """The corpus, or a mixture's sources and weights (data.sources)."""
+    found = sources(config)
+    if not found:
+        return f"`{config.data.corpus}`"
+    tau = config.data.source_temperature
+    return "a mixture of " + ", ".join(f"`{s.name}` ({s.weight:g})" for s in found) + (
+        f", weights × examples^{tau:g}" if tau else "")
+
+
+def masking_text(d) -> str:
+    """"15 %" or a schedule's "30 % → 15 % (linear)"."""
+    if not scheduled(d):
+        return f"{d.masked_lm_prob:.0%}"
+    return f"{d.masked_lm_prob:.0%} → {d.final_masked_lm_prob:.0%} ({d.mask_schedule})"
 
 
 def _last_metrics(workdir: str) -> dict[str, dict]:
@@ -144,8 +163,8 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, architecture
                  if multihot else ""), "",
              "## Training",
              f"- objectives: {trained}",
-             f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
-             f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
+             f"- corpus: {corpus_text(config)}; examples: max_seq_len {d.max_seq_len}, "
+             f"{masking_text(d)} masking of `{d.mask_unit}` units ({d.masking})",
              f"- batch {t.batch_size}" + (f" ({t.microbatches} microbatches a step)"
                                           if t.microbatches > 1 else "")
              + f", {t.optimizer}, learning rate {t.learning_rate} ({t.schedule}), warmup "
