@@ -353,6 +353,48 @@ def test_the_architecture_branch_check_sees_the_old_branches():
         1, 2, 3, 4, 5, 6, 7]
 
 
+def resolve_calls_without_keys(source: str) -> list[int]:
+    """Lines of `source` that call platform_defaults.resolve / resolved (as an
+    attribute, or a name imported from it) without `keys=`."""
+    tree = ast.parse(source)
+    imported = {a.asname or a.name: a.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and node.module == "kjax.config.platform_defaults" for a in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        named = (isinstance(f, ast.Attribute) and f.attr in ("resolve", "resolved")
+                 and isinstance(f.value, ast.Name) and f.value.id == "platform_defaults") or \
+            (isinstance(f, ast.Name) and imported.get(f.id) in ("resolve", "resolved"))
+        if named and not any(k.arg == "keys" for k in node.keywords):
+            found.append(node.lineno)
+    return found
+
+
+def test_every_resolve_of_auto_keys_passes_the_architectures():
+    """kjax/config/platform_defaults.py resolves the auto keys it is given (default:
+    all); which act is the architecture's (`architecture(config).auto_keys`). A
+    call in kjax without them resolves model.scan_unroll for the modern recipe,
+    whose check then refuses the run."""
+    found = [f"{os.path.relpath(path, ROOT)}:{n}" for module, path in module_files().items()
+             for n in resolve_calls_without_keys(open(path, encoding="utf-8").read())]
+    assert not found, ("pass keys=architecture(config).auto_keys (kjax.model.arch):\n"
+                       + "\n".join(found))
+
+
+def test_the_resolve_check_sees_a_call_without_keys():
+    """The test itself."""
+    source = ("from kjax.config import platform_defaults\n"
+              "from kjax.config.platform_defaults import resolved as r\n"
+              "platform_defaults.resolve(c)\n"
+              "platform_defaults.resolved(c, keys=a.auto_keys)\n"
+              "r(c, 'cuda')\n"
+              "other.resolve(c)\n")
+    assert resolve_calls_without_keys(source) == [3, 5]
+
+
 # The registry and the modules that define tasks (each knows its own name).
 TASK_REGISTRY = ("kjax.finetune.registry", "kjax.finetune.contract",
                  "kjax.finetune.sentence_tasks", "kjax.finetune.choice", "kjax.finetune.wic",

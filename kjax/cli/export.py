@@ -1,6 +1,7 @@
 """`kjax export` and `kjax import`: checkpoints to and from transformers.
 
-    kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
+    kjax export [--config C] --workdir W [--step N] [--weights params|ema] --out DIR
+                [--dtype float32|bfloat16]
                 [--encoder-only] [--no-verify]
     kjax import --hf DIR --out W [--generator GEN] [--config BASE] [--config-out FILE]
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from kjax.cli.common import add_weights
 from kjax.errors import KjaxError
 
 
@@ -35,7 +37,8 @@ def run_export(args, config) -> int:
     from kjax.model.arch import architecture
     write = format_of(architecture(config)).write
     _print(write(config, args.workdir, args.out, args.step, args.dtype,
-                 with_heads=not args.encoder_only, verify=not args.no_verify))
+                 with_heads=not args.encoder_only, verify=not args.no_verify,
+                 weights=args.weights))
     return 0
 
 
@@ -65,6 +68,7 @@ def register(verbs, add_config) -> None:
     add_config(ex, required=False)
     ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    add_weights(ex)
     ex.add_argument("--out", required=True, help="output folder")
     ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="weights dtype in model.safetensors (default float32)")

@@ -26,7 +26,8 @@ from kjax.export import (checkpoint_export, electra_pair_export, electra_pair_im
 @dataclasses.dataclass(frozen=True)
 class Format:
     name: str
-    # (config, workdir, out_dir, step, dtype, with_heads, verify) -> the report `kjax export` prints
+    # (config, workdir, out_dir, step, dtype, with_heads, verify, weights: params | ema)
+    # -> the report `kjax export` prints
     write: Callable
     # (hf_dir, generator folder or None, workdir, base config, config_out) -> `kjax import`'s report
     read: Callable
