@@ -89,6 +89,7 @@ def load(args, parser):
     else:
         from kjax.config import platform_defaults
         from kjax.config.recorded import has_recorded_config, load_run_config
+        from kjax.model.arch import architecture
         workdir = run_workdir(args)
         if args.verb == "train" and getattr(args, "init_from", None) and \
                 not has_recorded_config(workdir):
@@ -97,7 +98,7 @@ def load(args, parser):
         # a verb that reads a run builds its model for this platform (train
         # resolves its own config against its workdir: kjax/pretrain/run_config.py)
         if args.verb != "train":
-            platform_defaults.resolve(config)
+            platform_defaults.resolve(config, keys=architecture(config).auto_keys)
     check_config(config)
     return config
 

@@ -96,7 +96,7 @@ def to_json(report: dict) -> dict:
 
 
 def run_compile(args, config) -> int:
-    from kjax.pretrain.fit import advice, check, not_fitting_error
+    from kjax.pretrain.memory_fit import advice, check, not_fitting_error
     if args.phase:
         from kjax.pretrain.phases import phase_config
         config = phase_config(config, args.phase)

@@ -29,6 +29,7 @@ from kjax.config import platform_defaults
 from kjax.config.load import load_config
 from kjax.config.recorded import has_recorded_config, note, recorded_config_path
 from kjax.errors import KjaxError
+from kjax.model.arch import architecture
 from kjax.model.attention_core import flash_tiles_chosen
 from kjax.pretrain import aot
 from kjax.pretrain.resume_policy import check_resume
@@ -52,7 +53,7 @@ def resolve_run(config, workdir: str, last_step: int | None = None) -> FrozenCon
     for passing in check_resume(config, recorded, workdir, last_step):   # or one line
         note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
     c = config.copy_and_resolve_references()
-    platform_defaults.resolve(c, recorded=recorded)
+    platform_defaults.resolve(c, recorded=recorded, keys=architecture(c).auto_keys)
     _note_kept(c, recorded, workdir)
     keep_recorded_tiles(c.model, None if recorded is None else recorded.model)
     c.model.attention_tiles.update(traced_tiles(c))
@@ -88,7 +89,7 @@ def _note_kept(config, recorded, workdir: str) -> None:
     """A note where a recorded auto value overrides this platform's."""
     here = jax.default_backend()
     kept = [f"{key}={platform_defaults.value(config, key)!r}"
-            for key in platform_defaults.keys_for(config)
+            for key in architecture(config).auto_keys
             if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
     if recorded is not None and kept:
         note(f"keeping {', '.join(kept)} as recorded in {recorded_config_path(workdir)} (the "
