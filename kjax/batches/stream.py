@@ -45,6 +45,7 @@ import zlib
 import grain
 import numpy as np
 
+from kjax.config.batch_ramp import Ramp, ramp_of
 from kjax.config.sources import Source, sources
 from kjax.examples import records
 
@@ -53,9 +54,9 @@ MASK_STREAM = 3   # the mixture's mask generator: a seed of its own, apart from 
 
 def step_of_position(position: int, config) -> int:
     """The 0-based step whose global batch holds example `position`: what a
-    record's mask rate follows. One batch size here; a batch-size ramp
-    replaces this function and nothing else."""
-    return int(position) // config.train.batch_size
+    record's mask rate follows (position // batch_size, or through the
+    stages of train.batch_ramp: kjax/config/batch_ramp.py)."""
+    return ramp_of(config).step_of_position(position)
 
 
 def shuffled_source(directory: str, seed: int) -> grain.MapDataset:
@@ -169,21 +170,28 @@ def start_position(state: dict, batch_size: int) -> int:
 
 
 class PositionIterator:
-    """Batches from `build(position)` (a grain iterable of this process's rows
-    of the global batches from `position` on); the state is the position."""
+    """Batches from `build(position, origin, batch_size)` (a grain iterable of
+    this process's rows of the global batches of `batch_size` from `position`
+    on); the state is the position. At a batch ramp's stage change the
+    stream is built again at the new batch from the exact position the last
+    stage ended at: no example skipped or read twice."""
 
-    def __init__(self, build, batch_size: int, origin: dict | None = None):
-        self.build, self.batch_size, self.origin = build, batch_size, origin
+    def __init__(self, build, ramp: Ramp, origin: dict | None = None):
+        self.build, self.ramp, self.origin = build, ramp, origin
         self.position, self._inner = int((origin or {}).get("position", 0)), None
+        self._stage = None
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict:
-        if self._inner is None:
-            self._inner = iter(self.build(self.position, self.origin))
+        stage = self.ramp.stage_of_position(self.position)
+        if self._inner is None or stage is not self._stage:
+            self.close()
+            self._stage = stage
+            self._inner = iter(self.build(self.position, self.origin, stage.batch_size))
         batch = next(self._inner)
-        self.position += self.batch_size
+        self.position += stage.batch_size
         return batch
 
     def get_state(self) -> dict:
@@ -195,7 +203,7 @@ class PositionIterator:
     def set_state(self, state: dict) -> None:
         self.close()
         self.origin = state.get("origin") or None
-        self.position = start_position(state, self.batch_size)
+        self.position = start_position(state, self.ramp.stages[-1].batch_size)
 
     def close(self) -> None:
         inner, self._inner = self._inner, None
@@ -206,8 +214,8 @@ class PositionIterator:
 class TrainStream:
     """`iter()` gives a PositionIterator (the trainer's iterator)."""
 
-    def __init__(self, build, batch_size: int, origin: dict | None = None):
-        self.build, self.batch_size, self.origin = build, batch_size, origin
+    def __init__(self, build, ramp: Ramp, origin: dict | None = None):
+        self.build, self.ramp, self.origin = build, ramp, origin
 
     def __iter__(self) -> PositionIterator:
-        return PositionIterator(self.build, self.batch_size, self.origin)
+        return PositionIterator(self.build, self.ramp, self.origin)

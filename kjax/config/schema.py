@@ -209,7 +209,16 @@ TRAIN = {
                              "microbatches that run one after another in the step, their "
                              "gradients summed into one update (1: off); the result is the "
                              "whole batch's, so it may change between resumes of a run"),
-    "num_steps": at_least(1, 100_000, "steps of the schedule"),
+    "batch_ramp": Key((), "a batch-size ramp: ((until, batch), ...) stages run `batch` "
+                      "examples a step until `until` (train.batch_ramp_unit), then "
+                      "train.batch_size; each stage one compile, its batch in microbatches of "
+                      "batch_size / microbatches rows (kjax/config/batch_ramp.py); (): none"),
+    "batch_ramp_unit": Key("tokens", "what a batch_ramp stage's until counts: tokens "
+                           "(examples × data.max_seq_len; a stage ends at the first step that "
+                           "reaches it) or steps", choices=("tokens", "steps")),
+    "num_steps": at_least(1, 100_000, "steps of the schedule (with a batch_ramp: every "
+                          "stage's steps; a decay branch, init.mode=continue: the step it ends "
+                          "at, its parent's steps included)"),
     "learning_rate": positive(1e-4, "peak learning rate"),
     "warmup_steps": at_least(0, 10_000, "linear warmup steps from 0 to learning_rate (then "
                              "train.schedule: linear decay to 0 by default)"),

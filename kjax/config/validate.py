@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+from kjax.config.batch_ramp import check_ramp
 from kjax.config.mask_schedule import highest_rate, scheduled
 from kjax.config.schema import MESH_AXES, SCHEMA
 from kjax.config.sources import check_sources
@@ -177,6 +178,7 @@ def validate_train(c) -> None:
         raise KjaxError(f"train.microbatches={r.microbatches} does not divide train.batch_size="
                         f"{r.batch_size}; give a divisor of the batch (each microbatch holds "
                         f"batch_size / microbatches examples)")
+    check_ramp(c)
 
 
 def validate_mesh(c) -> None:
