@@ -14,17 +14,19 @@ is where the stream is.
 Every example is tagged with its `position` k (and its `source` id in a
 mixture) before the loader's transform, which draws its masks from grain's
 per-record generator (a function of the seed and k) at the rate of the step
-k lands in (`step_of_position`, kjax/config/mask_schedule.py). Global batch b
-of a run at batch size B is examples [b·B, (b+1)·B); process p of P reads
-rows [p·B/P, (p+1)·B/P) of it. None of this depends on the process, device,
-loader-worker or microbatch count.
+k lands in (`step_of_position`, kjax/config/mask_schedule.py). Step s of a
+run reads examples [position_of_step(s), position_of_step(s + 1)): [s·B,
+(s+1)·B) at batch size B, or through the stages of a batch ramp
+(train.batch_ramp, kjax/config/batch_ramp.py, whose `Ramp` is this map);
+process p of P reads rows [p·B/P, (p+1)·B/P) of it. None of this depends on
+the process, device, loader-worker or microbatch count.
 
 The data state a checkpoint holds is `{"position": k}`: the examples the run
 has consumed (plus the loader's per-source counters,
 kjax/train/stream_meter.py). A resume rebuilds the stream at k, whatever its
-worker count; a later run may take the stream over at k with another batch
-size (a batch ramp changes `step_of_position` and the batch a position
-belongs to, nothing else) or, in a mixture, other weights: `origin`
+worker count, and at a ramp's stage change the iterator builds the stream
+again at the new batch from k; a later run may take the stream over at k
+or, in a mixture, with other weights: `origin`
 ({"position": K0, "source_examples": {name: consumed}}, from the parent's
 data state: its position and its counters' `sources.examples`) starts a new
 mixing at K0 with each source continuing where it stood, its masks drawn on
