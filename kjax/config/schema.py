@@ -231,6 +231,9 @@ TRAIN = {
                                "(linear, cosine, wsd)", closed_max=True),
     "decay_fraction": share(0.1, "wsd: share of num_steps in the final decay",
                             closed_max=True),
+    "decay_steps": at_least(0, 0, "wsd: the steps of the final decay (0: decay_fraction of "
+                            "num_steps; a decay branch, init.mode=continue: every step after "
+                            "its parent's, num_steps − that step, resolved when it starts)"),
     "decay_shape": Key("sqrt", "wsd: the decay's shape, linear or sqrt (the factor "
                        "1 - sqrt(progress), ModernBERT's)", choices=("linear", "sqrt")),
     "optimizer": Key("adamw", "the update rule behind global-norm clipping "
@@ -353,13 +356,20 @@ RETIRED = {
 INIT = {
     "from_run": Key("", "start from another run's parameters: its workdir, checkpoints/ or "
                     "checkpoints/STEP (kjax train --init-from); '': a fresh init"),
-    "optimizer": Key("fresh", "with from_run: fresh (a new optimizer state) or keep (the "
-                     "parent's, same optimizer and shapes); the schedule is the new run's, "
-                     "from step 0, either way", choices=("fresh", "keep")),
+    "mode": Key("phase", "with from_run: phase (a new run from the parent's parameters: its "
+                "own step counter from 0, schedule, warmup and data iterator) or continue (a "
+                "decay branch, kjax train --decay-from: the parent's whole state — step "
+                "counter, optimizer, EMA, data position and per-source counters — continued "
+                "with this config's schedule; kjax/pretrain/branch.py)",
+                choices=("phase", "continue")),
+    "optimizer": Key("fresh", "a phase (init.mode=phase): fresh (a new optimizer state) or "
+                     "keep (the parent's moments, same optimizer and shapes); the schedule is "
+                     "the phase's, from step 0, either way (a decay branch keeps the parent's)",
+                     choices=("fresh", "keep")),
     "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
                          "(freshly initialised) or copy (the parent's rows repeated, as "
                          "KoBigBird grew BERT's)", choices=("init", "copy")),
-    "weights": Key("params", "with from_run: which of the parent's weights to start from, "
+    "weights": Key("params", "a phase: which of the parent's weights to start from, "
                    "params or ema (their moving average: a parent with train.ema_decay > 0)",
                    choices=("params", "ema")),
 }

@@ -34,6 +34,7 @@ from kjax.config.load import load_config
 from kjax.config.recorded import has_recorded_config, recorded_config_path, workdir_of
 from kjax.errors import KjaxError
 from kjax.train import ema
+from kjax.train.optimizers import with_schedule_count
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
 LINEAGE = "lineage.json"
@@ -150,7 +151,11 @@ def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, lis
 
 
 def kept_optimizer(state, pstate, pconfig, config, parent: str):
-    """The parent's optimizer state (init.optimizer=keep): same optimizer, same shapes."""
+    """The parent's optimizer state (init.optimizer=keep): same optimizer, same
+    shapes; its moments as they are, its schedule's clock at 0, so the phase
+    runs its own schedule from step 0 (optax counts the updates an optimizer
+    state has made: kept as is, the phase would apply its schedule at the
+    parent's step count plus its own)."""
     if pconfig.train.optimizer != config.train.optimizer:
         raise KjaxError(f"init.optimizer=keep: {parent} trained with train.optimizer="
                         f"{pconfig.train.optimizer!r}, this run with "
@@ -162,7 +167,7 @@ def kept_optimizer(state, pstate, pconfig, config, parent: str):
         raise KjaxError(f"init.optimizer=keep: the optimizer state of {parent} does not fit "
                         f"this model (a grown position table, another optimizer setting); "
                         f"set --config.init.optimizer=fresh")
-    return pstate["opt_state"]
+    return with_schedule_count(pstate["opt_state"], 0)
 
 
 def phase_configs(config) -> list[tuple[str, object]]:

@@ -27,7 +27,7 @@ SAME_NUMBERS = (
     "train.keep_checkpoints", "train.peak_flops", "train.prefetch", "train.loader_workers",
     "train.profile_steps", "train.microbatches", "model.attention_impl",
     "model.attention_tiles", "model.remat_policy", "model.scan_unroll", "init.from_run",
-    "init.optimizer", "init.new_positions", "init.weights",
+    "init.optimizer", "init.new_positions", "init.weights", "init.mode",
 )
 
 

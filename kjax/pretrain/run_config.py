@@ -31,7 +31,7 @@ from kjax.config.recorded import has_recorded_config, note, recorded_config_path
 from kjax.errors import KjaxError
 from kjax.model.arch import architecture
 from kjax.model.attention_core import flash_tiles_chosen
-from kjax.pretrain import aot
+from kjax.pretrain import aot, branch
 from kjax.pretrain.resume_policy import check_resume
 
 
@@ -50,9 +50,10 @@ def resolve_run(config, workdir: str, last_step: int | None = None) -> FrozenCon
     """The run's config, frozen (module doc); refuses a resume that would change
     what the run computes (one line)."""
     recorded = read_recorded(workdir)
-    for passing in check_resume(config, recorded, workdir, last_step):   # or one line
-        note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
     c = config.copy_and_resolve_references()
+    branch.resolve(c, workdir)   # a decay branch's decay_steps (kjax/pretrain/branch.py)
+    for passing in check_resume(c, recorded, workdir, last_step):   # or one line
+        note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
     platform_defaults.resolve(c, recorded=recorded, keys=architecture(c).auto_keys)
     _note_kept(c, recorded, workdir)
     keep_recorded_tiles(c.model, None if recorded is None else recorded.model)

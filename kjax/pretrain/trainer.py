@@ -34,7 +34,7 @@ from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
 from kjax.config.recorded import flush_notes, record_config
-from kjax.pretrain import mixture, phases
+from kjax.pretrain import branch, mixture, phases
 from kjax.pretrain.run_config import resolve_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.goodput import Goodput
@@ -121,6 +121,11 @@ class Session:
         with goodput.timed("checkpoint"):
             found = restore_newest(self.checkpoints, target, move_damaged=True)
         if found is None:
+            if branch.continuing(self.config):   # a decay branch: the parent's run, continued
+                state, data_state, self.lineage = branch.continue_from_parent(
+                    self.config, self.mesh, self.train_model, self.tx, shardings,
+                    branch.branch_start(self.config, self.workdir))
+                return state, shardings, data_state
             if self.config.init.from_run:   # a new phase: another run's parameters
                 state, self.lineage = phases.init_from_parent(
                     self.config, self.mesh, self.train_model, self.tx, shardings)
