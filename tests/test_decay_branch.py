@@ -75,6 +75,7 @@ def test_two_branches_of_one_parent_each_equal_their_own_run(prepared, parent, t
     (the peak), it continues the parent's step counter; the parent is left
     as it was, and lineage.json names parent, step and fingerprint."""
     from kjax.checkpoint import fingerprint
+    from kjax.pretrain.phases import describe
     from kjax.train.schedules import learning_rate_schedule
     before = snapshot(parent)
     for step, end in ((6, 9), (3, 7)):
@@ -97,6 +98,8 @@ def test_two_branches_of_one_parent_each_equal_their_own_run(prepared, parent, t
         assert lineage["parent_fingerprint"] == fingerprint.digest(pstate)
         assert lineage["init"]["mode"] == "continue"
         assert lineage["continued"]["position"] == pdata["position"] == 16 * step
+        assert describe(lineage) == f"from {parent} at step {step}, continuing its run " \
+                                    f"(a decay branch)"
         recorded = open(os.path.join(workdir, "kjax_config.py")).read()
         assert f"'decay_steps': {end - step}" in recorded   # resolved and recorded
     assert snapshot(parent) == before
@@ -252,3 +255,46 @@ def test_a_branch_of_a_run_with_everything_killed_while_saving_resumes_bit_exact
     assert [rows[s]["batch_size"] for s in (5, 6, 7)] == [32, 32, 32]
     assert rows[5]["learning_rate"] == float(np.float32(1e-3)) > rows[7]["learning_rate"]
     assert rows[7]["source/web/examples"] + rows[7]["source/news/examples"] == 48 + 3 * 32
+
+
+def test_phases_of_a_config_decay_as_a_branch(prepared, tmp_path):
+    """A config listing a constant phase of 3 steps and a decay phase with
+    init.mode=continue to step 5: the decay continues the first phase's step
+    counter, data position and learning rate (the peak) and decays to 0."""
+    config = tiny_config(prepared, **{"train.schedule": "constant", "train.num_steps": 3,
+                                      "train.warmup_steps": 1})
+    config.phases = ({"name": "stable", "overrides": {}},
+                     {"name": "decay", "overrides": {"init.mode": "continue",
+                                                     "train.schedule": "wsd",
+                                                     "train.num_steps": 5}})
+    workdir = str(tmp_path / "run")
+    result = train(config, workdir, progress=False)
+    assert result["phase"] == "decay" and result["final_step"] == 5
+    decay = os.path.join(workdir, "phases", "decay")
+    rows = rows_of(decay)
+    assert sorted(rows) == [4, 5] and rows[4]["learning_rate"] == float(np.float32(1e-3))
+    _, data = final_params(tiny_config(prepared), decay)
+    assert data["position"] == 5 * 16
+    lineage = json.load(open(os.path.join(decay, "lineage.json")))
+    assert lineage["parent"] == os.path.join(workdir, "phases", "stable")
+    assert lineage["parent_step"] == 3 and lineage["init"]["mode"] == "continue"
+
+
+def test_modern_bases_decay_phase_is_a_branch_of_the_extension():
+    """tpu_configs/modern_base.py: decay8192 continues extend8192 from its last
+    step (25,000) with its learning rate there, and decays over the 5,000 after."""
+    from kjax.config import load_config
+    from kjax.pretrain.branch import check_continuation
+    from kjax.pretrain.phases import phase_configs
+    from kjax.train.schedules import learning_rate_schedule
+    configs = dict(phase_configs(load_config(os.path.join(ROOT, "tpu_configs",
+                                                          "modern_base.py"))))
+    extend, decay = configs["extend8192"], configs["decay8192"]
+    assert decay.init.mode == "continue" and extend.init.mode == "phase"
+    start = extend.train.num_steps
+    assert decay.train.num_steps - decay.train.decay_steps == start == 25_000
+    check_continuation(extend, decay, start, "extend8192")   # no jump: passes
+    schedule = learning_rate_schedule(decay.train)
+    assert float(schedule(start)) == pytest.approx(8e-4) and float(schedule(30_000)) == 0.0
+    assert extend.data.dir == decay.data.dir and \
+        extend.train.batch_size == decay.train.batch_size

@@ -14,6 +14,9 @@ run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]
 - WORKDIR/lineage.json names the parent run, its step, the fingerprint of
   its checkpoint, its config, and the parent's own lineage.
 
+A decay branch (`init.mode=continue`, kjax/pretrain/branch.py) continues the
+parent's run instead: its step counter, optimizer, data position and schedule.
+
 A config may list its phases (`phases`): one `kjax train` runs them in order
 in WORKDIR/phases/NAME, each from the last checkpoint of the one before, and
 the same command again continues the phase it was in.
@@ -61,6 +64,8 @@ def describe(lineage: dict | None) -> str:
         return (f"the average of {len(sources)} checkpoints' {lineage['weights']}: " +
                 ", ".join(f"{s['run']} at step {s['step']}" for s in sources))
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
+    if lineage.get("init", {}).get("mode") == "continue":   # kjax/pretrain/branch.py
+        text += ", continuing its run (a decay branch)"
     origin = lineage.get("parent_origin", "")
     if origin.startswith("Written by `kjax import"):
         text += f" ({origin.removesuffix(': the imported model' + chr(39) + 's settings')})"
