@@ -96,6 +96,18 @@ def test_the_loader_reads_each_position_once_across_stage_changes(prepared, monk
     assert len(set(records[:650].tolist())) == len(set(plain[:650].tolist()))
 
 
+def test_loader_workers_give_the_same_batches_across_stage_changes(prepared):
+    """train.loader_workers=2 (grain's worker processes, built again at each
+    stage) yields the batches of the in-process loader, masks included."""
+    plain, _ = read(tiny_config(prepared, **RAMP), 5)
+    workers, state = read(tiny_config(prepared, **RAMP, **{"train.loader_workers": 2}), 5)
+    assert state == {"position": 80}
+    for a, b in zip(plain[0], workers[0]):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
 def test_a_records_mask_rate_is_that_of_the_ramp_step_it_lands_in(prepared, monkeypatch):
     """A linear 30 → 15 % schedule over 6 steps: the record at position 40
     lands in step 3 (0-based: positions 32..47 at batch 16), not 40 // 32 = 1."""
