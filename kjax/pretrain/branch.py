@@ -48,7 +48,7 @@ from kjax.errors import KjaxError
 from kjax.pretrain import phases
 from kjax.train import ema
 from kjax.train.optimizers import with_schedule_count
-from kjax.train.schedules import learning_rate_schedule
+from kjax.train.schedules import learning_rate_schedule, rate_jump
 from kjax.train.state import abstract_state, make_model, make_optimizer
 from kjax.train.stream_meter import KEY as COUNTERS
 
@@ -134,12 +134,11 @@ def check_continuation(pconfig, config, start: int, parent: str) -> None:
             raise KjaxError(f"{key}={mine!r}: a decay branch continues the run of {parent}, "
                             f"which has {key}={theirs!r}; keep it, or start a new phase "
                             f"(init.mode=phase)")
-    old = float(learning_rate_schedule(pconfig.train)(start))
-    new = float(learning_rate_schedule(config.train)(start))
-    if abs(new - old) > 1e-6 * max(abs(old), 1e-12):
+    jump = rate_jump(pconfig.train, config.train, start)
+    if jump:
         raise KjaxError(
-            f"{parent} runs step {start + 1} at learning rate {old:.4g} (its "
-            f"{pconfig.train.schedule} schedule), this branch at {new:.4g}: a decay branch "
+            f"{parent} runs step {start + 1} at learning rate {jump[0]:.4g} (its "
+            f"{pconfig.train.schedule} schedule), this branch at {jump[1]:.4g}: a decay branch "
             f"starts where its parent's rate is, from a checkpoint of its stable phase; pick "
             f"a checkpoint before the parent's decay, or keep its learning_rate and "
             f"warmup_steps")
