@@ -80,6 +80,29 @@ def test_the_tiles_are_chosen_by_a_trace_before_the_build(tmp_path, monkeypatch)
     assert dict(recorded.model.attention_tiles) == tiles
 
 
+def test_the_tiles_are_chosen_after_the_trace_has_closed(tmp_path, monkeypatch):
+    """The trace lists the calls; the choice (cache, timing) runs on this thread
+    once the trace has closed, where a jax operation gives a value, not a tracer."""
+    import jax
+    import jax.numpy as jnp
+    from kjax.model.flash import tuning as flash_tuning
+    from kjax.model.flash.tiles import kernel_tiles
+    chosen = []
+
+    def choose(call, measure):
+        chosen.append((call.signature, isinstance(jnp.ones(1) + 1, jax.core.Tracer)))
+        return kernel_tiles(call.seq, True, head_dim=call.head_dim)
+    monkeypatch.setattr(flash_tuning, "_cached_or_timed", choose)
+    config = tiny_config(tmp_path / "data", **{"model.attention_impl": "flash",
+                                               "train.eval_every": 3})
+    with _as_if_on_a_gpu(monkeypatch):
+        run = run_config.resolve_run(config, str(tmp_path / "w"))
+    assert chosen and not any(traced for _, traced in chosen)
+    # the train step's calls (dropout) and the eval step's (none), each once
+    assert sorted(s for s, _ in chosen) == sorted(run.model.attention_tiles) == [
+        "s64_d8_b2_h4_float32", "s64_d8_b2_h4_float32_dropout"]
+
+
 def test_no_trace_where_no_call_reaches_the_kernel(tmp_path, monkeypatch):
     """On this CPU (and on a GPU under `auto`, which sends no call to the kernel
     today) resolving a run traces nothing."""
