@@ -89,7 +89,8 @@ def test_a_run_moved_works_from_anywhere(prepared, trained_run, tmp_path, monkey
 
     # export from C: the folder's tokenizer, logits as kjax computes them
     assert main(["export", "--workdir", run, "--out", "hf"]) == 0
-    assert_exported_logits(tiny_config(prepared), run, str(c / "hf"))
+    from test_export import assert_export_matches
+    assert_export_matches(tiny_config(prepared), run, str(c / "hf"))
 
     # fine-tuning from the moved run, its tokenizer and config found inside it
     from test_finetune import synthetic, write_jsonl
@@ -109,28 +110,6 @@ def test_a_plain_resume_reads_the_recorded_config_once(trained_run, tmp_path, mo
     reads = Reads(monkeypatch)
     assert main(["train", "--workdir", run]) == 0
     assert reads.files == [os.path.join(run, RECORDED_CONFIG)]
-
-
-def assert_exported_logits(config, workdir, out):
-    """The exported folder, loaded by transformers' own classes, gives kjax's
-    logits on text its own tokenizer encodes (as tests/test_export.py checks)."""
-    import dataclasses
-    from transformers import AutoModelForPreTraining, AutoTokenizer
-    from kjax.checkpoint.restore import restore_params
-    from kjax.export import hf_export as hx
-    from kjax.model.config import EncoderConfig
-    from test_export import assert_close
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    model = AutoModelForPreTraining.from_pretrained(out).eval()
-    batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],
-                      ["모든 권력은 국민으로부터 나온다.", "🙂"], padding=True, return_tensors="np")
-    params, step = restore_params(config, workdir)
-    enc = dataclasses.replace(EncoderConfig.from_config(config.model), dropout_rate=0.0)
-    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    assert step == 6
-    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, inputs),
-                                  hx.torch_outputs(model, inputs), inputs["attention_mask"]),
-                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
 
 
 def test_a_run_recorded_before_runs_kept_their_files_still_opens(prepared, trained_run,

@@ -14,8 +14,8 @@ Verbs that work on a run (train, eval, export, analyze, fill-mask, finetune
 --init, inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train`
 records, when no --config is given; every verb's config comes through one
 loader (kjax/pretrain/run_load.py). A run is one folder: it keeps its
-tokenizer inside, so it works moved or copied (kjax/pretrain/run_folder.py). Paths may be local or URLs
-(gs://bucket/...): kjax/paths.py. Every key of the config, its value and
+tokenizer inside, so it works moved or copied (kjax/pretrain/run_folder.py).
+Paths may be local or URLs (gs://bucket/...): kjax/paths.py. Every key of the config, its value and
 meaning: `kjax config show` (from kjax/config/schema.py).
 
 Failures and what to do about them: docs/RECOVERY.md. The methods kjax

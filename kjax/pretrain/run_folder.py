@@ -141,8 +141,9 @@ def use_kept_files(config, recorded: Recorded | None) -> list[str]:
     for dotted in KEPT:
         kept = _get(recorded.config, dotted)
         mine = _get(config, dotted)
-        if not _inside(kept, recorded.folder) or mine == kept:
-            continue
+        if not _inside(kept, recorded.folder) or mine == kept or \
+                not paths.isfile(_sources(recorded.config, dotted)[0]):
+            continue   # (a copy gone from the folder: the given files, kept again at the record)
         if mine and any(paths.isfile(a) and (not paths.isfile(b) or
                                              paths.read_bytes(a) != paths.read_bytes(b))
                         for a, b in zip(_sources(config, dotted),
