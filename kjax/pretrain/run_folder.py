@@ -93,7 +93,9 @@ def recorded_or_none(folder: str) -> Recorded | None:
     replaces it, saying so)."""
     try:
         return read_recorded(folder)
-    except KjaxError:
+    except KjaxError as e:
+        note(f"{recorded_config_path(folder)} did not load ({e}); the run records its config "
+             f"there again at its first step")
         return None
 
 

@@ -82,11 +82,15 @@ def load_run(config_file: str | None = None, overrides=(), *, workdir: str | Non
     if use not in USES:
         raise ValueError(f"use={use!r}; choose one of {USES}")
     folder = workdir_of(workdir) if workdir else None
-    recorded = run_folder.read_recorded(folder) if folder and use != "file" else None
-    parent = None
+    # a record that does not load is the error of a verb that reads it; train
+    # with a --config replaces it (and says so)
+    read = run_folder.recorded_or_none if use == "train" and config_file else \
+        run_folder.read_recorded
+    recorded = read(folder) if folder and use != "file" else None
+    parent, source = None, workdir
     if use == "train" and init_from and recorded is None:   # a new phase
-        parent = run_folder.read_recorded(workdir_of(init_from))
-    config = _source(config_file, overrides, workdir, recorded or parent)
+        parent, source = run_folder.read_recorded(workdir_of(init_from)), init_from
+    config = _source(config_file, overrides, source, recorded or parent)
     if init_from:
         config.init.from_run = init_from
     if phase:
