@@ -140,6 +140,21 @@ def test_a_traced_call_takes_the_configs_tiles_else_the_table(monkeypatch):
     assert flash_tuning.traced_tiles(CALL, (("*", "table"),)) == kernel_tiles(512, True)
 
 
+def test_a_traced_call_reads_the_cards_cache_and_never_writes_it(tmp_path, monkeypatch):
+    """On a GPU of its own, a traced call whose signature the config leaves open
+    takes what an earlier choice cached for this card (a fine-tuning step after
+    kjax train), else the table; it times nothing and writes nothing."""
+    monkeypatch.setattr(flash_tuning, "can_time", lambda: True)
+    monkeypatch.setattr(flash_tuning, "_on_device", lambda *a: pytest.fail("timed in a trace"))
+    assert flash_tuning.traced_tiles(CALL) == kernel_tiles(512, True)
+    assert not (tmp_path / "xla" / flash_tuning.CACHE_FILE).exists()
+    spec = "64,64,4,3/64,64,4,3/64,64,4,3"
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / flash_tuning.CACHE_FILE).write_text(
+        json.dumps({"NVIDIA H200": {CALL.signature: spec}}))
+    assert flash_tuning.traced_tiles(CALL) == parse_tiles(spec)
+
+
 def test_without_a_gpu_of_its_own_the_table_and_no_cache(tmp_path):
     """CPU here (and a deviceless compile, TPU, several processes): no timing."""
     assert not flash_tuning.can_time()

@@ -145,10 +145,11 @@ def test_disk_full_while_saving_is_one_line_then_the_same_command_resumes(traine
                                                                         tmp_path, monkeypatch):
     # Injected: the write of step 6's data item fails with ENOSPC inside orbax's save.
     workdir = str(tmp_path / "injected")
-    real = manager.ProcessJsonHandler.save
+    real, batch = manager.ProcessJsonHandler.save, trained["config"].train.batch_size
 
     def save(self, directory, args=None):
-        if args.state.result()["iterator"].get("next_index") == 6:
+        step = args.state.result()["iterator"].get("position", 0) // batch
+        if step == 6:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
         return real(self, directory, args)
     monkeypatch.setattr(manager.ProcessJsonHandler, "save", save)

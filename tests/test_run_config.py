@@ -104,13 +104,15 @@ def test_the_tiles_are_chosen_after_the_trace_has_closed(tmp_path, monkeypatch):
 
 
 def test_no_trace_where_no_call_reaches_the_kernel(tmp_path, monkeypatch):
-    """On this CPU (and on a GPU under `auto`, which sends no call to the kernel
-    today) resolving a run traces nothing."""
+    """On this CPU (and on a GPU under `xla` or `dot_product`, whose calls never
+    reach the kernel) resolving a run traces nothing."""
     monkeypatch.setattr(aot, "trace", lambda *a, **k: pytest.fail("traced"))
     config = tiny_config(tmp_path / "data", **{"model.attention_impl": "flash"})
     assert dict(run_config.resolve_run(config, str(tmp_path / "w")).model.attention_tiles) == {}
     from kjax.config.platform import lowering_for
-    with lowering_for("gpu"):
-        config = tiny_config(tmp_path / "data")
-        assert dict(run_config.resolve_run(config, str(tmp_path / "w2"))
-                    .model.attention_tiles) == {}
+    for impl in ("xla", "dot_product"):
+        with lowering_for("gpu"):
+            config = tiny_config(tmp_path / "data", **{"model.attention_impl": impl,
+                                                       "model.attention_dropout_rate": 0.0})
+            assert dict(run_config.resolve_run(config, str(tmp_path / f"w_{impl}"))
+                        .model.attention_tiles) == {}

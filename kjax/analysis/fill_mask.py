@@ -116,13 +116,14 @@ def shown(answer: Answer) -> str:
 class FillMask:
     """A checkpoint's MLM head over texts with [MASK]s (float32, no dropout)."""
 
-    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None):
+    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None,
+                 weights: str = "params"):
         from kjax.checkpoint.restore import restore_params
         from kjax.tokens.factory import open_tokenizer
         from kjax.train.state import make_model
         self.tokenizer = tokenizer or open_tokenizer(config)
         check_supported(config, self.tokenizer)
-        self.params, self.step = restore_params(config, workdir, step)
+        self.params, self.step = restore_params(config, workdir, step, weights)
         c = copy_of(config)
         c.model.dtype = "float32"
         self.seq_len = config.data.max_seq_len

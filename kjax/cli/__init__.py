@@ -7,6 +7,7 @@ tpu_configs/) and any number of `--config.key=value` overrides.
     kjax eval            --workdir runs/demo [--step N]   (the run's recorded config)
     kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
     kjax fill-mask       --workdir runs/demo "오늘 날씨[MASK] 좋네요."   (the MLM head's answers)
+    kjax average         --workdir runs/demo --last 3 --out runs/demo_avg   (a run: their mean)
     kjax config show     [--config C] [--diff WORKDIR]   (every key, value, meaning)
     kjax compile         --config tpu_configs/v3_32.py --topology v3-32   (will it fit? no TPU)
 
@@ -40,7 +41,8 @@ from kjax.errors import KjaxError
 # distributed=True (jax.distributed before the verb runs).
 VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.cli.knowledge",
                 "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze",
-                "kjax.cli.fill_mask", "kjax.cli.show_config", "kjax.cli.compile")
+                "kjax.cli.fill_mask", "kjax.cli.show_config", "kjax.cli.compile",
+                "kjax.cli.average")
 # Verbs whose --config defaults to the one recorded in their run's workdir.
 RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect", "fill-mask")
 

@@ -1,6 +1,7 @@
 """`kjax export` and `kjax import`: checkpoints to and from transformers.
 
-    kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
+    kjax export [--config C] --workdir W [--step N] [--weights params|ema] --out DIR
+                [--dtype float32|bfloat16]
                 [--encoder-only] [--no-verify]
     kjax import --hf DIR --out W [--generator GEN] [--config BASE] [--config-out FILE]
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from kjax.cli.common import add_weights
 from kjax.errors import KjaxError
 
 
@@ -37,16 +39,18 @@ def run_export(args, config) -> int:
                             "folder; drop --encoder-only")
         from kjax.export.modernbert_export import export_checkpoint as export_modern
         _print(export_modern(config, args.workdir, args.out, args.step, args.dtype,
-                             verify=not args.no_verify))
+                             verify=not args.no_verify, weights=args.weights))
         return 0
     if config.model.arch == "electra":   # OUT/discriminator and OUT/generator
         from kjax.export.electra_pretraining import export_electra
         _print(export_electra(config, args.workdir, args.out, args.step, args.dtype,
-                              with_heads=not args.encoder_only, verify_folders=not args.no_verify))
+                              with_heads=not args.encoder_only, verify_folders=not args.no_verify,
+                              weights=args.weights))
         return 0
     from kjax.export.checkpoint_export import export_checkpoint
     _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
-                             with_heads=not args.encoder_only, verify=not args.no_verify))
+                             with_heads=not args.encoder_only, verify=not args.no_verify,
+                             weights=args.weights))
     return 0
 
 
@@ -93,6 +97,7 @@ def register(verbs, add_config) -> None:
     add_config(ex, required=False)
     ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    add_weights(ex)
     ex.add_argument("--out", required=True, help="output folder")
     ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="weights dtype in model.safetensors (default float32)")

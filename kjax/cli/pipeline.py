@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from kjax.cli.common import format_table, print_json
+from kjax.cli.common import add_weights, format_table, print_json
 from kjax.tokens.stats import POS_CLASSES
 
 
@@ -62,6 +62,7 @@ def register(verbs, add_config) -> None:
     ev.add_argument("--workdir", required=True)
     ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the "
                     "newest that verifies; a damaged --step is refused)")
+    add_weights(ev)
     ev.set_defaults(handler=run_eval, distributed=True)
 
 
@@ -125,5 +126,5 @@ def run_train(args, config) -> int:
 
 def run_eval(args, config) -> int:
     from kjax.pretrain.trainer import evaluate
-    print_json(evaluate(config, args.workdir, args.step))
+    print_json(evaluate(config, args.workdir, args.step, args.weights))
     return 0

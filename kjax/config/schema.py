@@ -163,7 +163,8 @@ DATA = {
     "dir": Key("runs/data", "prepared ArrayRecord shards"),
     "max_seq_len": at_least(5, 128, "tokens per example ([CLS] A [SEP] B [SEP] needs 5)"),
     "max_predictions_per_seq": at_least(1, 20, "MLM prediction slots per example"),
-    "masked_lm_prob": Key(0.15, "share of units masked", min=0, max=1, open_min=True,
+    "masked_lm_prob": Key(0.15, "share of units masked (data.mask_schedule: the rate it "
+                          "starts at)", min=0, max=1, open_min=True,
                           open_max=True),
     "short_seq_prob": share(0.1, "share of examples with a shorter target length",
                             closed_max=True),
@@ -180,6 +181,26 @@ DATA = {
     "docs_per_chunk": at_least(1, 2000, "documents per chunk (NSP negatives come from it)"),
     "eval_every_nth_doc": at_least(2, 50, "every n-th document is held out for eval"),
     "seed": at_least(0, 12345, "seed of examples, shuffling and masks"),
+    "sources": Key({}, "a weighted mixture of prepared sources (docs/PRETRAINING.md, \"Source "
+                   "mixtures\"): {NAME: {'dir': its prepared folder (default data.dir/NAME), "
+                   "'corpus': text `kjax prepare` prepares into that folder, 'weight': w (default "
+                   "1)}}; a phase changes one as 'data.sources.NAME.weight'; {}: the one source "
+                   "data.dir"),
+    "source_temperature": at_least(0, 0.0, "sources: sample source i with probability ∝ "
+                                   "weight_i · examples_i^τ (its prepared train examples; "
+                                   "mmBERT's τ 0.7 → 0.5 → 0.3 by phase); 0: by weight alone"),
+    "mask_schedule": Key("constant", "dynamic masking's rate within a run: constant "
+                         "(masked_lm_prob), or linear or cosine from masked_lm_prob to "
+                         "final_masked_lm_prob over mask_schedule_steps (docs/PRETRAINING.md, "
+                         "\"Mask-rate schedules\")", choices=("constant", "linear", "cosine")),
+    "final_masked_lm_prob": Key(0.15, "linear, cosine: the rate the schedule ends at (then kept)",
+                                min=0, max=1, open_min=True, open_max=True),
+    "mask_schedule_steps": at_least(0, 0, "linear, cosine: the steps from masked_lm_prob to "
+                                    "final_masked_lm_prob (0: train.num_steps)"),
+    "eval_masked_lm_prob": Key(0.0, "held-out masks drawn at this rate by (data.seed, eval "
+                               "example), whatever the training rate, so eval curves compare "
+                               "across phases (ModernBERT: 0.15); 0: the masks prepare stored",
+                               min=0, max=1, open_max=True),
 }
 
 TRAIN = {
@@ -214,6 +235,10 @@ TRAIN = {
     "b2": share(0.999, "Adam beta2"),
     "eps": at_least(0, 1e-6, "Adam epsilon"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
+    "ema_decay": share(0.0, "d of an exponential moving average of the parameters, kept in "
+                       "the state and checkpoints (decay min(d, t/(t+10)) at update t; "
+                       "kjax/train/ema.py); eval, export, fill-mask, finetune take it with "
+                       "--weights ema (0: none; 0.999 averages about the last 1000 steps)"),
     "nsp_weight": at_least(0, 1.0, "weight of the NSP loss (0: MLM only)"),
     "rtd_weight": positive(50.0, "electra: λ, the weight of the replaced-token-detection "
                            "loss beside the generator's MLM loss (ELECTRA: 50)"),
@@ -235,7 +260,8 @@ TRAIN = {
     "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
     "loader_workers": at_least(0, 0, "grain worker processes building batches (mp_prefetch; "
                                "0: reader threads in the training process); the same batches "
-                               "for any value; keep it fixed across resumes of a run"),
+                               "for any value, and a resume may change it (train.packing: keep "
+                               "it fixed across resumes of a run)"),
     "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
                    "attention inside an example, positions restart; kjax/batches/packing.py): "
                    "no NSP, one-hot input, no knowledge heads or B"),
@@ -292,6 +318,9 @@ FINETUNE = {
     "max_query_len": at_least(1, 64, "qa: question tokens kept (the rest is cut)"),
     "max_answer_len": at_least(1, 30, "qa: longest answer span, in model positions"),
     "n_best": at_least(1, 20, "qa: start and end candidates per window when decoding"),
+    "init_weights": Key("params", "which weights of the --init checkpoint: params, or ema "
+                        "(their moving average: a run with train.ema_decay > 0); --weights "
+                        "sets it", choices=("params", "ema")),
     "shake": FINETUNE_SHAKE,
 }
 
@@ -321,6 +350,9 @@ INIT = {
     "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
                          "(freshly initialised) or copy (the parent's rows repeated, as "
                          "KoBigBird grew BERT's)", choices=("init", "copy")),
+    "weights": Key("params", "with from_run: which of the parent's weights to start from, "
+                   "params or ema (their moving average: a parent with train.ema_decay > 0)",
+                   choices=("params", "ema")),
 }
 
 SCHEMA = {

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import re
 
+from kjax.config.mask_schedule import highest_rate, scheduled
 from kjax.config.schema import MESH_AXES, SCHEMA
+from kjax.config.sources import check_sources
 from kjax.config.tiles import parse_tiles
 from kjax.errors import KjaxError
 
@@ -116,6 +118,33 @@ def validate_data(c) -> None:
     if c.tokenizer.scheme == "multihot" and d.mask_unit == "token":
         raise KjaxError("data.mask_unit='token' would split multi-hot morphemes; use "
                         "'morpheme' or 'eojeol' with tokenizer.scheme=multihot")
+    check_sources(c)
+    validate_mask_rates(c)
+
+
+def validate_mask_rates(c) -> None:
+    """A schedule needs dynamic masking, and the prediction slots must hold
+    the highest rate drawn (training or held out) of the longest example."""
+    d = c.data
+    if scheduled(d) and d.masking == "static":
+        raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} needs data.masking='dynamic' "
+                        f"(static masks were drawn once, at prepare, at one rate); set "
+                        f"--config.data.masking=dynamic or data.mask_schedule='constant'")
+    if scheduled(d) and c.train.packing:
+        raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} with train.packing=True: a "
+                        f"packed row holds a varying number of examples, so the step a record "
+                        f"lands in is not known when it is masked; set train.packing=False, or "
+                        f"give each phase its own constant data.masked_lm_prob")
+    if not scheduled(d) and not d.eval_masked_lm_prob:
+        return   # one rate, as before: prepare's slots were sized for it
+    maskable = d.max_seq_len - 3   # [CLS] A [SEP] B [SEP]
+    need = int(round(highest_rate(d) * maskable))
+    if d.max_predictions_per_seq < need:
+        raise KjaxError(f"data.max_predictions_per_seq={d.max_predictions_per_seq} cannot hold "
+                        f"the highest mask rate's predictions ({highest_rate(d):g} of "
+                        f"{maskable} maskable tokens: {need}); set "
+                        f"--config.data.max_predictions_per_seq={need} (and prepare the data "
+                        f"again: it records the slots)")
 
 
 PROFILE_STEPS = re.compile(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*")

@@ -53,9 +53,9 @@ def architecture(enc: EncoderConfig, heads: frozenset[str]) -> str:
 
 def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
                       dtype: str = "float32", with_heads: bool = True,
-                      verify: bool = True) -> dict:
+                      verify: bool = True, weights: str = "params") -> dict:
     """`kjax export`: checkpoint → transformers folder (weights, config,
-    tokenizer, model card)."""
+    tokenizer, model card); `weights`: the checkpoint's params or their EMA."""
     from kjax import paths
     from kjax.tokens.factory import local_tokenizer
     input_mode(config).export_check(config)   # a mode transformers cannot run: one line
@@ -63,7 +63,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     if enc.projects_embeddings and mx.is_multihot(enc):
         raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
                         f"model with an embedding projection has no transformers class yet")
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     heads = exported_heads(config, enc, with_heads)
     with_heads = hx.MLM_HEAD <= heads
     # transformers writes and reads local folders: a gs:// --out is written to a
@@ -82,14 +82,16 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         written_as = architecture(enc, heads)
         write_model_card(config, workdir, local_out, step, written_as,
                          with_heads, dtype, tokenizer, shown_as=out_dir,
-                         pooler="pooler" in heads)
+                         pooler="pooler" in heads, weights=weights)
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
             json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                       "step": step, "dtype": dtype, "architecture": written_as,
+                       "step": step, "weights": weights, "dtype": dtype,
+                       "architecture": written_as,
                        "objectives": objectives_title(config),
                        "with_pretraining_heads": with_heads, "heads": sorted(heads),
                        "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
                       f, ensure_ascii=False, indent=1)
-    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+    return {"out": out_dir, "step": step, "weights": weights, "tensors": len(keys),
+            "dtype": dtype,
             "architecture": written_as,
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}

@@ -171,8 +171,8 @@ def add_card_section(folder: str, name: str, enc: EncoderConfig, architecture: s
 
 
 def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
-                   dtype: str = "float32", with_heads: bool = True, verify_folders: bool = True
-                   ) -> dict:
+                   dtype: str = "float32", with_heads: bool = True, verify_folders: bool = True,
+                   weights: str = "params") -> dict:
     """`kjax export` of an ELECTRA run: OUT/discriminator and OUT/generator."""
     from kjax import paths
     from kjax.checkpoint.restore import restore_params
@@ -181,12 +181,12 @@ def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
     if dtype not in ("float32", "bfloat16"):
         raise KjaxError(f"--dtype {dtype!r}: choose float32 or bfloat16")
     enc = EncoderConfig.from_config(config.model)
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     sides = {"discriminator": ("ElectraForPreTraining" if with_heads else "ElectraModel",
                                RTD_HEAD if with_heads else ())}
     if with_heads:
         sides["generator"] = ("ElectraForMaskedLM", ee.HEADS)
-    result = {"out": out_dir, "step": step, "dtype": dtype, "folders": {}}
+    result = {"out": out_dir, "step": step, "weights": weights, "dtype": dtype, "folders": {}}
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
         folders, tensors = {}, {}
         for name, (architecture, heads) in sides.items():
@@ -197,14 +197,16 @@ def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
             folders[name] = (folder, architecture)
             write_model_card(config, workdir, folder, step, architecture,
                              name == "generator", dtype, tokenizer, shown_as=shown_as,
-                             pooler=True)   # (ELECTRA has no pooler: no note about one)
+                             pooler=True,   # (ELECTRA has no pooler: no note about one)
+                             weights=weights)
             sibling = paths.join(out_dir, "generator" if name == "discriminator"
                                  else "discriminator")
             add_card_section(folder, name, side_enc, architecture, shown_as, sibling)
         diffs = verify(params, enc, folders, dtype) if verify_folders else {}
         for name, (folder, architecture) in folders.items():
             record = {"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                      "step": step, "dtype": dtype, "architecture": architecture,
+                      "step": step, "weights": weights, "dtype": dtype,
+                      "architecture": architecture,
                       "objectives": objectives_title(config), "side": name,
                       "with_pretraining_heads": with_heads, "tokenizer": tokenizer,
                       "verified_max_abs_diff": diffs.get(name)}

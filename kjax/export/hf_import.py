@@ -312,6 +312,7 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
     from kjax.config.platform_defaults import resolved
     from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
+    from kjax.train import ema
     from kjax.train.state import abstract_state, make_model, make_optimizer
     check_config(config)
     # Models are built from resolved configs; the file keeps the auto values, for
@@ -334,9 +335,10 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
                           for p in absent})
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state
-    state = {"step": np.zeros((), np.int32), "params": params,
-             "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
-             "rng": jax.random.key_data(dropout_rng)}
+    state = ema.with_ema(built.train, {   # its EMA, if the config keeps one: the params
+        "step": np.zeros((), np.int32), "params": params,
+        "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
+        "rng": jax.random.key_data(dropout_rng)})
     state = jax.device_put(state, shardings)
     checkpoints = Checkpointer(paths.join(workdir, "checkpoints"),
                                config.train.checkpoint_every, config.train.keep_checkpoints)

@@ -225,7 +225,8 @@ def special_ids() -> dict:
 
 
 def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
-                      dtype: str = "float32", verify: bool = True) -> dict:
+                      dtype: str = "float32", verify: bool = True,
+                      weights: str = "params") -> dict:
     """`kjax export` of a modern run: ModernBertForMaskedLM folder (weights,
     config, tokenizer, README), loaded back and compared with kjax (≤ 1e-5, fp32)."""
     from transformers import AutoModelForMaskedLM
@@ -240,7 +241,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         raise KjaxError(f"model.input_mode={enc.input_mode}: ModernBERT embeds one token per "
                         f"position; only one-hot modes of the modern recipe export")
     input_mode(config).export_check(config)
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
         tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
         keys = write_modernbert(params, enc, local_out, dtype, special_ids())
@@ -270,10 +271,11 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
                     f"AutoModelForMaskedLM.from_pretrained({out_dir!r})\n{tokenizer['usage']}"
                     f"\n```\n")
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
-            json.dump({"workdir": workdir, "step": step, "dtype": dtype,
+            json.dump({"workdir": workdir, "step": step, "weights": weights, "dtype": dtype,
                        "architecture": ARCHITECTURE, "tokenizer": tokenizer,
                        "verified_max_abs_diff": diff}, f, ensure_ascii=False, indent=1)
-    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+    return {"out": out_dir, "step": step, "weights": weights, "tensors": len(keys),
+            "dtype": dtype,
             "architecture": ARCHITECTURE, "tokenizer": tokenizer["class"],
             "verified_max_abs_diff": diff}
 
@@ -288,6 +290,7 @@ def import_modernbert(hf_dir: str, workdir: str, base_config, config_out: str | 
     from kjax.export.hf_import import FRESH_LOADER_STATE, write_config_file
     from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
+    from kjax.train import ema
     from kjax.train.state import abstract_state, make_model, make_optimizer
     enc, params = read_modernbert(hf_dir, EncoderConfig.from_config(base_config.model))
     config = base_config.copy_and_resolve_references() if hasattr(
@@ -309,8 +312,9 @@ def import_modernbert(hf_dir: str, workdir: str, base_config, config_out: str | 
     if jax.tree.structure(target["params"]) != jax.tree.structure(params):
         raise KjaxError(f"{hf_dir}: its tensors do not make kjax's modern model")
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))
-    state = {"step": np.zeros((), np.int32), "params": params, "opt_state": tx.init(params),
-             "rng": jax.random.key_data(dropout_rng)}
+    state = ema.with_ema(config.train, {"step": np.zeros((), np.int32), "params": params,
+                                        "opt_state": tx.init(params),
+                                        "rng": jax.random.key_data(dropout_rng)})
     checkpoints = Checkpointer(ckpt_dir, config.train.checkpoint_every,
                                config.train.keep_checkpoints)
     checkpoints.save(0, jax.device_put(state, shardings), FRESH_LOADER_STATE, force=True)

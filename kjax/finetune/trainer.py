@@ -126,7 +126,7 @@ class FineTuner:
             template = jax.eval_shape(lambda r: nn.meta.unbox(self._boxed_state(r)),
                                       jax.random.key(0))["params"]["bert"]
             self._pretrained = restore_pretrained_params(self.config, self.mesh, self.init,
-                                                         template)
+                                                         template, self.ft.init_weights)
         return self._pretrained
 
     def init_state(self, seed: int):

@@ -5,7 +5,8 @@ imported transformers model.
 A phase is a run of its own, in its own workdir, that starts from another
 run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]`):
 
-- it takes the parent's parameters; a leaf whose shape differs is named in
+- it takes the parent's parameters (or their EMA: `init.weights=ema`,
+  kjax/train/ema.py); its own EMA, if it keeps one, starts from them; a leaf whose shape differs is named in
   one line, except a position table that grows, whose new rows are freshly
   initialised or the parent's repeated (`init.new_positions`);
 - its optimizer state is fresh or the parent's (`init.optimizer`), its
@@ -21,7 +22,6 @@ the same command again continues the phase it was in.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -31,11 +31,13 @@ import jax.numpy as jnp
 
 from kjax import paths
 from kjax.checkpoint import fingerprint
-from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
+from kjax.checkpoint.restore import (check_weights, chosen_weights, locate_checkpoint,
+                                     restore_read_only)
 from kjax.config.load import apply_overrides, copy_of
 from kjax.config.recorded import workdir_of
 from kjax.errors import KjaxError
 from kjax.pretrain import run_folder
+from kjax.train import ema
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
 LINEAGE = "lineage.json"
@@ -61,9 +63,14 @@ def imported_from(folder: str):
 
 
 def describe(lineage: dict | None) -> str:
-    """One line for reports: "from RUN at step N (imported from SRC)", or ""."""
+    """One line for reports: "from RUN at step N (imported from SRC)", "the
+    average of N checkpoints: RUN at step S, ..." (`kjax average`), or ""."""
     if not lineage:
         return ""
+    if "averaged" in lineage:
+        sources = lineage["averaged"]
+        return (f"the average of {len(sources)} checkpoints' {lineage['weights']}: " +
+                ", ".join(f"{s['run']} at step {s['step']}" for s in sources))
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
     source = lineage.get("parent_imported_from")
     if isinstance(source, dict):   # an ELECTRA pair
@@ -96,25 +103,26 @@ def init_from_parent(config, mesh, model, tx, shardings, recorded=None) -> tuple
     directory, step = locate_checkpoint(config.init.from_run, "--init-from", HINT)
     parent = workdir_of(directory)
     pconfig, recorded = parent_config(config, parent, recorded)
+    check_weights(pconfig, config.init.weights, parent, "init.weights")
     ptx = make_optimizer(pconfig.train)
     target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False), ptx)
     pstate, _, step = restore_read_only(directory, target, step, what="--init-from STEP")
     state, _ = init_state(config, mesh, model, tx, shardings)
-    params, notes = graft(state["params"], pstate["params"], config, shardings["params"])
+    params, notes = graft(state["params"], chosen_weights(pstate, config.init.weights), config,
+                          shardings["params"])
+    state = ema.with_ema(config.train, {**state, "params": params})   # from the grafted ones
     if config.init.optimizer == "keep":
         state["opt_state"] = kept_optimizer(state, pstate, pconfig, config, parent)
-    sums = fingerprint.restored_sums(pstate)
     lineage = {
         "parent": parent, "parent_checkpoint": paths.join(directory, str(step)),
         "parent_step": int(step),
-        "parent_fingerprint": hashlib.sha256(json.dumps(sums, sort_keys=True).encode())
-        .hexdigest()[:16],
+        "parent_fingerprint": fingerprint.digest(pstate),
         "parent_config": recorded,
         "parent_imported_from": imported_from(parent),   # None: a trained run
         "init": {"optimizer": config.init.optimizer,
-                 "new_positions": config.init.new_positions},
+                 "new_positions": config.init.new_positions, "weights": config.init.weights},
         "notes": notes, "parent_lineage": read_lineage(parent)}
-    return {**state, "params": params}, lineage
+    return state, lineage
 
 
 def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, list[str]]:

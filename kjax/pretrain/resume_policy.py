@@ -11,6 +11,7 @@ stable, any schedule during its warmup): the curve goes on without a jump.
 from __future__ import annotations
 
 from kjax import paths
+from kjax.config.mask_schedule import schedule_steps, scheduled
 from kjax.config.recorded import config_differences
 from kjax.errors import KjaxError
 
@@ -26,7 +27,7 @@ SAME_NUMBERS = (
     "train.keep_checkpoints", "train.peak_flops", "train.prefetch", "train.loader_workers",
     "train.profile_steps", "train.microbatches", "model.attention_impl",
     "model.attention_tiles", "model.remat_policy", "model.scan_unroll", "init.from_run",
-    "init.optimizer", "init.new_positions",
+    "init.optimizer", "init.new_positions", "init.weights",
 )
 
 
@@ -44,6 +45,10 @@ def check_resume(config, recorded, workdir: str, step: int | None) -> list[str]:
     if recorded is None or step is None:
         return []
     diffs = config_differences(recorded, config)
+    # a mask schedule's length written out as the num_steps it ran over computes the same
+    same_length = schedule_steps(recorded.data, recorded.train.num_steps) == schedule_steps(
+        config.data, config.train.num_steps)
+    diffs = [d for d in diffs if not (_key(d) == "data.mask_schedule_steps" and same_length)]
     refused = [d for d in diffs if _computes(_key(d))]
     if refused:
         shown = "; ".join(refused[:4]) + (f"; and {len(refused) - 4} more"
@@ -66,6 +71,12 @@ def _check_new_length(config, recorded, workdir: str, step: int) -> None:
     if step > config.train.num_steps:
         raise KjaxError(f"train.num_steps={config.train.num_steps}, but {workdir} has trained "
                         f"to step {step} already; give a num_steps of at least {step}")
+    if scheduled(config.data) and schedule_steps(config.data, config.train.num_steps) != \
+            schedule_steps(recorded.data, recorded.train.num_steps):
+        raise KjaxError(f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} "
+                        f"would stretch the mask-rate schedule of {workdir} (data.mask_schedule="
+                        f"{config.data.mask_schedule!r} runs over num_steps); set "
+                        f"--config.data.mask_schedule_steps={recorded.train.num_steps} to keep it")
     if abs(new - old) > 1e-6 * max(abs(old), 1e-12):
         raise KjaxError(
             f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} would move "

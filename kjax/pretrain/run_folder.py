@@ -15,9 +15,10 @@ Each path key of the recorded config is one of three kinds:
   folder when it records the config (its first step) and records
   `{run}/tokenizer/NAME`, a path inside the folder of the config file
   (kjax/config/load.py `in_folder`);
-- ABSOLUTE (`data.dir`, the prepared shards, too large to copy;
-  `init.from_run`): recorded as an absolute path or a URL (a relative one is
-  read against the directory the command runs in);
+- ABSOLUTE (`data.dir`, the prepared shards, too large to copy, and a
+  mixture's `data.sources.NAME.dir`; `init.from_run`): recorded as an
+  absolute path or a URL (a relative one is read against the directory the
+  command runs in);
 - the rest (`data.corpus`, `tokenizer.corpus`, `data.tfds_data_dir`, read by
   `kjax prepare` alone) as given.
 
@@ -109,6 +110,11 @@ def absolute(config) -> list[str]:
         if _relative(value):
             _set(config, dotted, os.path.abspath(paths.local(value)))
             done.append(f"{dotted}={value!r}")
+    for name, source in config.data.get("sources", {}).items():   # a mixture's own folders
+        value = source.get("dir", "") if hasattr(source, "get") else ""
+        if isinstance(value, str) and _relative(value):
+            source["dir"] = os.path.abspath(paths.local(value))
+            done.append(f"data.sources.{name}.dir={value!r}")
     return done
 
 

@@ -28,13 +28,13 @@ from kjax.batches.loader import eval_batches, train_dataset
 from kjax.checkpoint import storage
 from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest, restore_step
+from kjax.checkpoint.restore import check_weights, chosen_weights
 from kjax.errors import KjaxError
-from kjax.examples import records
 from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
 from kjax.config.recorded import flush_notes
-from kjax.pretrain import phases
+from kjax.pretrain import mixture, phases
 from kjax.pretrain.run_folder import record_run
 from kjax.pretrain.run_load import Run, training_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
@@ -42,22 +42,16 @@ from kjax.train.goodput import Goodput
 from kjax.train.metrics import MetricWriter, plot_loss_curve
 from kjax.train.peak_flops import peak_flops
 from kjax.train.profiler import StepProfiler
+from kjax.train.stream_meter import StreamMeter
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
                              objective_weights, summarize_eval)
 
 
 def check_data(config) -> dict:
-    meta = records.read_meta(config.data.dir)
-    d, m = config.data, config.model
-    for key, want in (("vocab_size", m.vocab_size), ("max_seq_len", d.max_seq_len),
-                      ("max_predictions_per_seq", d.max_predictions_per_seq)):
-        if meta.get(key) != want:
-            section = "model" if key == "vocab_size" else "data"
-            raise KjaxError(f"{config.data.dir} was prepared with {key}={meta.get(key)} but the "
-                            f"config has {section}.{key}={want}; run `kjax prepare` again or "
-                            f"set --config.{section}.{key}={meta.get(key)}")
-    return meta
+    """The prepared data's meta.json (a mixture's: its first source's), every
+    folder checked against the config (kjax/pretrain/mixture.py)."""
+    return mixture.check_prepared(config)[0]
 
 
 PREEMPTED_EXIT = 143  # 128 + SIGTERM: "terminated", so supervisors restart the job
@@ -142,13 +136,14 @@ class Session:
         return state, shardings, data_state
 
     def evaluate(self, eval_fn, params) -> dict:
+        """Held-out metrics; a mixture's pooled and per source (mixture.py)."""
         c = self.config
-        sums = [eval_fn(params, put_batch(b, self.mesh)) for b in eval_batches(
-            c, c.train.batch_size, c.train.eval_batches, jax.process_index(),
-            jax.process_count())]
-        if not sums:
-            raise KjaxError(f"no eval examples in {c.data.dir}; lower data.eval_every_nth_doc")
-        return summarize_eval(jax.device_get(sums), objective_weights(c))
+        return mixture.evaluate(
+            c, lambda directory: eval_batches(c, c.train.batch_size, c.train.eval_batches,
+                                              jax.process_index(), jax.process_count(),
+                                              directory),
+            lambda b: eval_fn(params, put_batch(b, self.mesh)),
+            lambda sums: summarize_eval(jax.device_get(sums), objective_weights(c)))
 
 
 def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
@@ -203,8 +198,9 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
         writer.close()
         return {"step": start, "message": "already trained to train.num_steps"}
     iterator = iter(train_dataset(c, jax.process_index(), jax.process_count()))
+    meter = StreamMeter(c, s.mesh, data_state)   # masked share, a mixture's counters
     if data_state is not None:
-        iterator.set_state(data_state)
+        iterator.set_state(meter.iterator_state(data_state))
     train_step = make_train_step(c, s.mesh, s.train_model, s.tx, shardings)
     eval_step = make_eval_step(c, s.mesh, s.eval_model, shardings["params"])
     step_flops = flops_per_example(c.model, c.data.max_seq_len,
@@ -233,7 +229,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             profiler.begin(step)
             fetch_start = time.perf_counter()
             with goodput.timed("data_wait"):
-                batch = put_batch(next(iterator), s.mesh)
+                batch = meter.take(put_batch(next(iterator), s.mesh))
             data_wait += time.perf_counter() - fetch_start
             state, metrics = train_step(state, batch)
             window_start += profiler.end(step, (state, metrics))  # writing a trace: not step time
@@ -244,6 +240,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
                 done(wait=True)
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                m.update(meter.metrics(batch, step))
                 elapsed = time.perf_counter() - window_start
                 step_time = elapsed / window_steps
                 m.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time,
@@ -274,7 +271,8 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
                 with goodput.timed("checkpoint"):
                     writer.flush()   # the steps this checkpoint covers are logged for good
-                    s.checkpoints.save(step, state, iterator.get_state(), force=True)
+                    s.checkpoints.save(step, state, meter.data_state(iterator.get_state()),
+                                       force=True)
                     if primary:
                         push_logs(workdir)
             if stop_now:
@@ -302,9 +300,11 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     return last
 
 
-def evaluate(config, workdir: str, step: int | None = None) -> dict:
+def evaluate(config, workdir: str, step: int | None = None, weights: str = "params") -> dict:
     """Held-out metrics of `step`, or of the newest checkpoint that verifies
-    (damaged newer ones are named and skipped, not moved: eval only reads)."""
+    (damaged newer ones are named and skipped, not moved: eval only reads);
+    `weights`: its params or their EMA (kjax/checkpoint/restore.py)."""
+    check_weights(config, weights, workdir)
     s = Session(config, workdir, read_only=True)
     try:
         target, shardings = abstract_state(config, s.mesh, s.train_model, s.tx)
@@ -317,7 +317,8 @@ def evaluate(config, workdir: str, step: int | None = None) -> dict:
                                 f"(`kjax train`)")
             state, _, step = found
         eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
-        result = {"step": step, **s.evaluate(eval_step, state["params"])}
+        result = {"step": step, "weights": weights,
+                  **s.evaluate(eval_step, chosen_weights(state, weights))}
         if lineage := phases.describe(phases.read_lineage(workdir)):
             result["started"] = lineage   # a phase: the run its parameters came from
     finally:

@@ -23,7 +23,7 @@ from kjax.model.config import EncoderConfig
 from kjax.model.electra import generator_config
 from kjax.objectives import METRIC_OBJECTIVE, objective_weights  # noqa: F401 (re-exported)
 from kjax.parallel.mesh import batch_sharding, on_mesh, replicated
-from kjax.train import accumulation
+from kjax.train import accumulation, ema
 from kjax.train.state import learning_rate_schedule
 
 
@@ -83,6 +83,9 @@ def make_train_step(config, mesh, train_model, tx, shardings):
         metrics["learning_rate"] = schedule(state["step"])
         new_state = {**state, "step": state["step"] + 1, "params": params,
                      "opt_state": opt_state}
+        if ema.KEY in state:   # train.ema_decay > 0 (kjax/train/ema.py)
+            new_state[ema.KEY] = ema.update(state[ema.KEY], params, state["step"],
+                                            config.train.ema_decay)
         return new_state, metrics
 
     jitted = jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),

@@ -7,12 +7,13 @@ call's signature is (seq, head size, batch, heads, dtype as one device sees
 them; attention dropout, B's layout, segments, the local window).
 
 While a step is traced, a call takes its tiles from `model.attention_tiles`
-alone (`traced_tiles`, a pure function): the signature's entry, else '*'
-('F/DQ/DKV', or 'table' for the table of tiles.py), else the table. Nothing
-is timed and nothing is kept while a trace is open: the call only names
-itself in the trace (`Call.scope`, a jax.named_scope, which the lowered
-program's text does not hold), so a trace of a config's steps lists the
-calls it makes (`calls_in(jaxpr)`).
+(`traced_tiles`): the signature's entry, else '*' ('F/DQ/DKV', or 'table'
+for the table of tiles.py), else — on a GPU this process drives alone — the
+card's cached choice for the signature, else the table. Nothing is timed and
+nothing is kept while a trace is open: the call only names itself in the
+trace (`Call.scope`, a jax.named_scope, which the lowered program's text
+does not hold), so a trace of a config's steps lists the calls it makes
+(`calls_in(jaxpr)`).
 
 Choosing is a separate step, outside any trace (`choose_tiles(calls, fixed)`
 → {signature: tiles}): for each call the config's entry, else the cache file
@@ -130,9 +131,14 @@ def _fixed(call: Call, fixed):
 
 def traced_tiles(call: Call, fixed=()):
     """The (forward, dq, dk/dv) tiles a call traced on Triton runs with: the
-    config's (`fixed`: model.attention_tiles as pairs), else the table. Pure:
-    a program's tiles are a function of its config (module doc)."""
+    config's (`fixed`: model.attention_tiles as pairs), else, on a GPU this
+    process drives alone, this card's cached choice for the signature (read,
+    never timed or written: a run's steps have every tile fixed by then; a
+    fine-tuning step takes what an earlier choice found), else the table.
+    Nothing is kept: the trace's tiles are a function of its inputs."""
     tiles = _fixed(call, fixed)
+    if tiles is None and can_time():
+        tiles = _cached(call)
     return kernel_tiles(call.seq, True, head_dim=call.head_dim) if tiles is None else tiles
 
 
@@ -153,24 +159,29 @@ def choose_tiles(calls, fixed=(), measure: Callable | None = None) -> dict[str, 
             for call in calls}
 
 
+def _cached(call: Call):
+    """This card's cached tiles for the call's signature, or None."""
+    found = _read(cache_path()).get(device_kind(), {}).get(call.signature)
+    return None if found is None else fit(parse_tiles(found), call.seq)
+
+
 def _cached_or_timed(call: Call, measure):
     table = kernel_tiles(call.seq, True, head_dim=call.head_dim)
     if measure is None and not can_time():
         return table
-    kind = device_kind()
-    path = cache_path()
-    cache = _read(path)
-    if call.signature in cache.get(kind, {}):
-        return fit(parse_tiles(cache[kind][call.signature]), call.seq)
+    cached = _cached(call)
+    if cached is not None:
+        return cached
     best, _ = fastest(candidates(call.seq, call.head_dim), measure or _on_device(call))
     if best is None:
         return table
+    path, kind = cache_path(), device_kind()
     cache = _read(path)                      # another run may have written meanwhile
     cache.setdefault(kind, {})[call.signature] = format_tiles(best)
     try:
         paths.write_json(path, cache)
     except OSError:
-        pass   # a read-only cache folder: the choice holds for this process
+        pass   # a read-only cache folder: the choice is returned all the same
     return best
 
 
