@@ -175,3 +175,18 @@ def test_the_kept_tokenizer_wins_over_the_file_it_was_copied_from(prepared, trai
              workdir=run)
     [line] = [n for n in take_notes() if "keeps its own" in n]
     assert f"{run}/tokenizer/sp" in line and f"{other}/sp" in line
+
+
+def test_an_average_is_a_run_folder_of_its_own(trained_run, tmp_path):
+    """`kjax average` writes OUT with the base's tokenizer inside it: OUT moved,
+    its config names the copy in the new place, and the tokenizer opens."""
+    from kjax.pretrain.run_load import load_run
+    from kjax.tokens.factory import open_tokenizer
+    out = tmp_path / "avg"
+    assert main(["average", "--workdir", trained_run, "--steps", "3,6", "--out", str(out)]) == 0
+    assert "'{run}/tokenizer/sp'" in (out / RECORDED_CONFIG).read_text()
+    moved = tmp_path / "elsewhere" / "avg"
+    shutil.move(str(out), str(moved))
+    config = load_run(None, [], workdir=str(moved)).config
+    assert config.tokenizer.path == os.path.join(str(moved), "tokenizer", "sp")
+    assert open_tokenizer(config).vocab_size == config.model.vocab_size
