@@ -1,4 +1,4 @@
-"""`kjax import` of an ELECTRA pair (kjax/export/electra_import.py): `kjax
+"""`kjax import` of an ELECTRA pair (kjax/export/electra_pair_import.py): `kjax
 export` of an ELECTRA run → `kjax import` of its two folders → the very run
 (every parameter, generator and RTD head included), which exports to the same
 tensors and continues pretraining; a KoELECTRA-style pair named apart
@@ -129,7 +129,7 @@ def test_a_pair_named_apart_matches_transformers(prepared, tmp_path):
     are transformers' (generator_num_layers 1 of the discriminator's 2)."""
     import torch
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
-    from kjax.export import electra_pretraining as ep
+    from kjax.export import electra_pair_export as ep
     from kjax.export import hf_export as hx
     from kjax.model.config import EncoderConfig
     disc, gen = hf_pair(str(tmp_path))

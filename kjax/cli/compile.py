@@ -96,7 +96,7 @@ def to_json(report: dict) -> dict:
 
 
 def run_compile(args, config) -> int:
-    from kjax.pretrain.fit import advice, check, not_fitting_error
+    from kjax.pretrain.memory_fit import advice, check, not_fitting_error
     # (--phase: the loader took that phase already, kjax/pretrain/run_load.py)
     steps = ("train",) if args.no_eval else ("train", "eval")
     quiet = lambda *a, **k: None  # noqa: E731

@@ -5,8 +5,9 @@ types and ranges from it; `kjax config show` prints it.
 
 What a key is, and the shorthands below, are in kjax/config/schema_keys.py.
 Keys whose allowed values belong to a
-registry (model.input_mode: kjax/inputs; train.mlm_loss: kjax/objectives) are
-checked by that registry, so adding an input mode never touches this file.
+registry (model.arch: kjax/model/arch; model.input_mode: kjax/inputs;
+train.mlm_loss: kjax/objectives) are checked by that registry, so adding an
+architecture or an input mode never touches this file.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from kjax.config.schema_keys import Key, at_least, positive, share  # noqa: F401
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
-ARCHS = ("bert", "modern", "electra")
 OPTIMIZERS = ("adamw", "lamb", "adafactor", "stable_adamw")   # kjax/train/optimizers.py
 SCHEDULES = ("linear", "cosine", "wsd", "constant")           # kjax/train/schedules.py
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
@@ -37,12 +37,12 @@ LOGICAL_RULES = (
 )
 
 MODEL = {
-    "arch": Key("bert", "the encoder recipe: bert (post-LN, GELU, learned positions, token "
-                "types, biases, NSP head; kjax/model/encoder.py) or modern (ModernBERT: pre-LN, "
-                "RoPE, GeGLU, no biases, local/global attention, MLM only; kjax/model/modern.py) "
-                "or electra (a BERT-recipe discriminator trained by replaced-token detection "
-                "against a small generator that shares its embeddings; kjax/model/electra.py)",
-                choices=ARCHS),
+    "arch": Key("bert", "the encoder recipe, an architecture of kjax/model/arch: bert "
+                "(post-LN, GELU, learned positions, token types, biases, NSP head; "
+                "kjax/model/encoder.py) or modern (ModernBERT: pre-LN, RoPE, GeGLU, no biases, "
+                "local/global attention, MLM only; kjax/model/modern.py) or electra (a "
+                "BERT-recipe discriminator trained by replaced-token detection against a small "
+                "generator that shares its embeddings; kjax/model/electra.py)"),
     "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
     "hidden_size": at_least(1, 768, "width of every layer (H)"),
     "embedding_size": at_least(0, 0, "width of the token/position/type embeddings (E), projected "
@@ -73,13 +73,13 @@ MODEL = {
     "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
     "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
     "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth (arch "
-                       "bert; modern's layers differ and are always unrolled)"),
+                       "bert and electra; modern's layers differ and are always unrolled)"),
     "scan_unroll": Key(-1, "layers per iteration of the scanned loop (scan_layers): the "
                        "parameter layout stays stacked, so any value restores the same "
                        "checkpoint; 0: all layers (no loop left, as unrolled layers run); -1: "
                        "the platform's (GPU 0, else 1; kjax/config/platform_defaults.py, "
-                       "recorded by kjax train). Arch bert only: modern refuses any value but "
-                       "-1", min=0, special=(-1,)),
+                       "recorded by kjax train). Arch bert and electra: modern refuses any "
+                       "value but -1", min=0, special=(-1,)),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: xla (the explicit reference), "

@@ -1,9 +1,10 @@
 """Config checks that need nothing but the config: each key's type and
 allowed values (from the schema), then each section's consistency. They run
 when a config is loaded, before anything is compiled. Checks that ask the
-input-mode and objective registries (which scheme a mode needs, which MLM
-losses it allows, ...) run in `kjax.objectives.check_config`; checks against
-the devices in `kjax.parallel.mesh.check_mesh`.
+architecture, input-mode and objective registries (what an architecture
+cannot run, which scheme a mode needs, which MLM losses it allows, ...) run
+in `kjax.objectives.check_config`; checks against the devices in
+`kjax.parallel.mesh.check_mesh`.
 """
 from __future__ import annotations
 
@@ -72,15 +73,7 @@ def validate_model(c) -> None:
                         f"{m.num_layers} layers; give one per layer or ()")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in per_layer):
         raise KjaxError(f"model.shake_factor_per_layer={tuple(per_layer)}: give numbers")
-    if m.arch == "modern" and m.scan_unroll != -1:   # its layers differ: never a scanned loop
-        raise KjaxError(f"model.scan_unroll={m.scan_unroll} does nothing with "
-                        f"model.arch='{m.arch}' (its layers are unrolled, never scanned): leave "
-                        f"it at -1 (a run kjax 0.1.0 recorded: set it to -1 in its "
-                        f"kjax_config.py)")
     if m.embedding_size not in (0, m.hidden_size):
-        if m.arch == "modern":
-            raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size) needs "
-                            f"model.arch='bert' or 'electra'; set model.embedding_size=0")
         k = c.knowledge
         if k.hypernym_weight > 0 or k.sense_weight > 0 or k.verb_weight > 0:
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size): the "

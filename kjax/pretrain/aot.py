@@ -19,7 +19,9 @@ compiled program's HBM bytes over its bandwidth. XLA's cost analysis counts
 a while loop's body once, so a scanned encoder (model.scan_layers) is
 costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same step with 1 and 2
 unrolled layers (two more compiles, each smaller than the step itself;
-the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step).
+the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step). The
+architecture says which loops it scans (kjax/model/arch: `scanned_loops`;
+ELECTRA's generator has its own).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from kjax.batches.synthetic import batch_shapes
 from kjax.config import platform_defaults
 from kjax.config.load import apply_overrides, copy_of
 from kjax.config.platform import lowering_for
+from kjax.model.arch import architecture
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 
 GIB = 1 << 30
@@ -75,7 +78,8 @@ def trace(config, devices, step: str = "train", lower: bool = False):
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_eval_step, make_train_step
     config = config.copy_and_resolve_references()
-    platform_defaults.resolve(config, devices[0].platform)   # the target's, not this host's
+    platform_defaults.resolve(config, devices[0].platform,   # the target's, not this host's
+                              keys=architecture(config).auto_keys)
     mesh = make_mesh(config, devices)
     tx = make_optimizer(config.train)
     train_model = make_model(config, deterministic=False)
@@ -173,20 +177,33 @@ def batch_shards(config, num_devices: int) -> int:
 
 
 def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
-    """(FLOPs, HBM bytes) per device of one train step with every layer
-    counted, and the seconds the extra compiles took (0: none needed)."""
-    m = config.model
-    if m.get("arch", "bert") != "bert" or not m.scan_layers or m.num_layers < 2:
+    """(FLOPs, HBM bytes) per device of one train step with every layer of
+    every scanned loop counted (the architecture's loops: ELECTRA's
+    discriminator and generator), and the seconds the extra compiles took (0:
+    none needed). U₁ has every loop at one unrolled layer; for each depth L,
+    U₂ has the loops of that depth at two (loops of one depth, as ELECTRA's
+    generator following its discriminator, share their compiles), and
+    adds (L − 1)·(U₂ − U₁)."""
+    loops = architecture(config).scanned_loops(config.model)
+    deep: dict[int, list[str]] = {}
+    for key, depth in loops:
+        if depth >= 2:
+            deep.setdefault(depth, []).append(key)
+    if not deep:
         return scanned.flops, scanned.bytes_accessed, 0.0
-    one, two = (compile_step(with_overrides(config, **{"model.num_layers": n,
-                                                       "model.scan_layers": False}), devices)
-                for n in (1, 2))
-    seconds = one.seconds + two.seconds
-    if not (one.fits and two.fits):
+    single = {**{key: 1 for key, _ in loops}, "model.scan_layers": False}
+    one = compile_step(with_overrides(config, **single), devices)
+    twos = {depth: compile_step(with_overrides(config, **{**single, **{k: 2 for k in keys}}),
+                                devices) for depth, keys in deep.items()}
+    seconds = one.seconds + sum(two.seconds for two in twos.values())
+    if not (one.fits and all(two.fits for two in twos.values())):
         return scanned.flops, scanned.bytes_accessed, seconds
-    more = m.num_layers - 1   # a layer: forward, backward and its AdamW update
-    return (one.flops + more * (two.flops - one.flops),
-            one.bytes_accessed + more * (two.bytes_accessed - one.bytes_accessed), seconds)
+    # a layer: forward, backward and its AdamW update
+    flops, bytes_accessed = one.flops, one.bytes_accessed
+    for depth, two in twos.items():
+        flops += (depth - 1) * (two.flops - one.flops)
+        bytes_accessed += (depth - 1) * (two.bytes_accessed - one.bytes_accessed)
+    return flops, bytes_accessed, seconds
 
 
 def roofline(config, num_devices: int, peak_flops: float, hbm_bytes_per_s: float,

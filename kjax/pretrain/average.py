@@ -42,6 +42,7 @@ from kjax.config import platform_defaults
 from kjax.config.recorded import (has_recorded_config, recorded_config_path, workdir_of,
                                   write_config_file)
 from kjax.errors import KjaxError
+from kjax.model.arch import architecture
 from kjax.objectives import check_config
 from kjax.parallel.mesh import make_mesh
 from kjax.pretrain import run_folder
@@ -95,7 +96,7 @@ def source_config(run: str):
         raise KjaxError(f"--workdir {run}: it has no kjax_config.py, so its model is unknown; "
                         f"average runs of `kjax train` or `kjax import`")
     written = run_folder.read_recorded(run).config   # its paths as the run takes them
-    built = platform_defaults.resolved(written)
+    built = platform_defaults.resolved(written, keys=architecture(written).auto_keys)
     check_config(built)   # the checks every verb's config passes
     return written, built
 
@@ -181,7 +182,7 @@ def average(sources: list[str], out: str, steps: list[int] | None = None,
     base_run, base_dir, base_step = chosen[-1]
     written = configs[base_run][0].copy_and_resolve_references()
     written.train.ema_decay = 0.0   # OUT's params are the average; it keeps no EMA of its own
-    built = platform_defaults.resolved(written)
+    built = platform_defaults.resolved(written, keys=architecture(written).auto_keys)
     _, shardings = _target(built)
     state = {k: v for k, v in state.items() if k in shardings}   # the base's, its EMA left out
     state["params"] = jax.device_put(mean, shardings["params"])

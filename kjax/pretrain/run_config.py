@@ -33,6 +33,7 @@ from ml_collections import FrozenConfigDict
 from kjax.config import platform_defaults
 from kjax.config.load import copy_of
 from kjax.config.recorded import note, recorded_config_path
+from kjax.model.arch import architecture
 from kjax.model.attention_core import choose_flash_tiles, may_run_flash
 from kjax.pretrain import aot, run_folder
 from kjax.pretrain.resume_policy import check_resume
@@ -53,7 +54,7 @@ def resolve_run(config, workdir: str, last_step: int | None = None,
     before = None if recorded is None else recorded.config
     for passing in check_resume(c, before, workdir, last_step):   # or one line
         note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
-    platform_defaults.resolve(c, recorded=before)
+    platform_defaults.resolve(c, recorded=before, keys=architecture(c).auto_keys)
     _note_kept(c, before, workdir)
     keep_recorded_tiles(c.model, None if before is None else before.model)
     c.model.attention_tiles.update(run_tiles(c))
@@ -90,7 +91,7 @@ def _note_kept(config, recorded, workdir: str) -> None:
     """A note where a recorded auto value overrides this platform's."""
     here = jax.default_backend()
     kept = [f"{key}={platform_defaults.value(config, key)!r}"
-            for key in platform_defaults.keys_for(config)
+            for key in architecture(config).auto_keys
             if platform_defaults.value(config, key) != platform_defaults.platform_value(key, here)]
     if recorded is not None and kept:
         note(f"keeping {', '.join(kept)} as recorded in {recorded_config_path(workdir)} (the "

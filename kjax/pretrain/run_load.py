@@ -52,6 +52,7 @@ from kjax.config.load import apply_overrides, copy_of, in_folder, load_config
 from kjax.config.recorded import (RECORDED_CONFIG, config_differences, note, summary,
                                   workdir_of)
 from kjax.errors import KjaxError
+from kjax.model.arch import architecture
 from kjax.objectives import check_config
 from kjax.pretrain import run_folder
 from kjax.pretrain.phases import phase_config
@@ -106,7 +107,8 @@ def load_run(config_file: str | None = None, overrides=(), *, workdir: str | Non
     if use == "train":
         return training_run(config, workdir, recorded, parent)
     if use == "run":
-        platform_defaults.resolve(config)   # this host's: speed only, for a verb that reads a run
+        # this host's platform: speed only, for a verb that reads a run
+        platform_defaults.resolve(config, keys=architecture(config).auto_keys)
         config = frozen(config)
     return Run(config, folder, recorded, parent)
 

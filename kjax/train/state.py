@@ -17,10 +17,8 @@ import jax.numpy as jnp
 from kjax import objectives
 from kjax.config.platform import platform
 from kjax.inputs import input_mode
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
-from kjax.model.electra import ElectraForPreTraining
-from kjax.model.encoder import BertForPreTraining
-from kjax.model.modern import ModernBertForPreTraining
 from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
 from kjax.train import ema
 # The optimizer and schedule registries; imported from here by the trainers and tests.
@@ -28,15 +26,10 @@ from kjax.train.optimizers import NO_DECAY_MODULES, decay_mask, make_optimizer  
 from kjax.train.schedules import learning_rate_schedule  # noqa: F401
 
 
-ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining,
-                 "electra": ElectraForPreTraining}
-
-
 def make_model(config, deterministic: bool, return_analysis: bool = False):
-    """The pretraining model of `model.arch` (kjax/model/encoder.py, modern.py, electra.py)."""
+    """The pretraining model of `model.arch` (kjax/model/arch)."""
     enc = EncoderConfig.from_config(config.model, config.knowledge)
-    return ARCHITECTURES[enc.arch](enc, deterministic=deterministic,
-                                   return_analysis=return_analysis)
+    return architecture(enc).build(enc, deterministic, return_analysis)
 
 
 MODEL_ARGS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")
