@@ -69,9 +69,10 @@ def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, 
             interpret=interpret)
         if platform() != "gpu":
             return run(tiles=None)
-        # Triton: the config's tiles, else the table (flash_tuning: pure); the call
-        # names itself in the trace (a named scope, absent from the lowered text),
-        # so a trace of the steps lists the calls whose tiles a run may choose
+        # Triton: the config's tiles, else the card's cached ones, else the table
+        # (flash_tuning.traced_tiles: nothing timed or kept); the call names itself
+        # in the trace (a named scope, absent from the lowered text), so a trace of
+        # the steps lists the calls whose tiles a run chooses
         layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
         call = flash_tuning.Call(q.shape[0], q.shape[1], q.shape[2], q.shape[3],
                                  jnp.dtype(q.dtype).name, rate, layout,
