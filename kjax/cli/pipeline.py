@@ -117,9 +117,9 @@ def run_prepare_beam(args, config) -> int:
 
 def run_train(args, config) -> int:
     from kjax.pretrain.trainer import train
-    if args.init_from:
-        config.init.from_run = args.init_from
-    result = train(config, args.workdir, stop_at=args.stop_at)
+    # the Run the loader made (kjax/pretrain/run_load.py: --init-from set, the
+    # config resolved against the workdir), with what it read of the workdir
+    result = train(args.run, args.workdir, stop_at=args.stop_at)
     print_json(result)
     return result.get("exit_code", 0)  # 143: stopped by SIGTERM after a clean save
 
