@@ -257,7 +257,7 @@ def test_the_check_sees_function_local_imports(tmp_path):
 def test_the_model_reaches_the_flash_kernels_through_one_function():
     """kjax/model/flash is a package of its own: outside it, kjax/model imports
     only the package itself (its entry points: sharded_flash_attention, and
-    tiles_chosen_while for a run's config), and only
+    flash_calls and choose_tiles for a run's config), and only
     from attention_core.py; the kernels' modules are nobody else's in the model."""
     modules = module_files()
     found = {m: sorted(t for t in imports_of(path, m, modules) if t.startswith("kjax.model.flash"))
@@ -266,7 +266,7 @@ def test_the_model_reaches_the_flash_kernels_through_one_function():
     assert {m: t for m, t in found.items() if t} == {
         "kjax.model.attention_core": ["kjax.model.flash"]}
     import kjax.model.flash as flash
-    assert flash.__all__ == ["MASK_VALUE", "sharded_flash_attention", "tiles_chosen_while"]
+    assert flash.__all__ == ["MASK_VALUE", "choose_tiles", "flash_calls", "sharded_flash_attention"]
 
 
 def test_the_export_package_lists_every_module():

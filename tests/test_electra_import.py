@@ -69,7 +69,7 @@ def test_the_imported_pair_is_the_exported_run(prepared, electra_run, round_trip
     assert report["initialised"] == [] and report["unused_source_tensors"] == []
     assert report["source"]["generator"] == os.path.abspath(os.path.join(out, "generator"))
     header = open(report["config"], encoding="utf-8").read().lstrip('"')
-    assert header.startswith(f"Written by `kjax import --hf {out}`")   # a phase's lineage
+    assert header.startswith(f"Written by `kjax import --hf {out}`")
     again = str(tmp_path / "again")
     assert main(["export", "--workdir", imported, "--out", again]) == 0
     for side in ("discriminator", "generator"):
@@ -92,7 +92,7 @@ def test_continued_pretraining_of_an_imported_pair(prepared, round_trip, tmp_pat
         assert all(np.isfinite(row[k]) for k in ("loss", "mlm_loss", "rtd_loss")), row
     lineage = json.load(open(os.path.join(workdir, "lineage.json"), encoding="utf-8"))
     assert lineage["parent"] == imported and lineage["notes"] == []
-    assert lineage["parent_origin"].startswith("Written by `kjax import --hf")
+    assert lineage["parent_imported_from"]["discriminator"].endswith("discriminator")
 
 
 # ---- a KoELECTRA-style pair built by transformers ---------------------------------------

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.inputs import InputMode, input_mode
 from kjax.tokens.sentencepiece import CLS, MASK, SEP, WORD_START
@@ -123,7 +124,7 @@ class FillMask:
         self.tokenizer = tokenizer or open_tokenizer(config)
         check_supported(config, self.tokenizer)
         self.params, self.step = restore_params(config, workdir, step, weights)
-        c = config.copy_and_resolve_references()
+        c = copy_of(config)
         c.model.dtype = "float32"
         self.seq_len = config.data.max_seq_len
         model = make_model(c, deterministic=True)

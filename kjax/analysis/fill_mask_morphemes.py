@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kjax.analysis.fill_mask import MASK_TEXT, Answer, FillMask, fill_text
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.examples.pairs import assemble
 from kjax.inputs import input_mode
@@ -84,7 +85,7 @@ class MorphemeFillMask:
             raise KjaxError(f"a multi-hot model needs tokenizer.scheme='multihot' (this run's "
                             f"is {self.tokenizer.scheme!r})")
         self.params, self.step = restore_params(config, workdir, step, weights)
-        c = config.copy_and_resolve_references()
+        c = copy_of(config)
         c.model.dtype = "float32"
         self.seq_len = config.data.max_seq_len
         model = make_model(c, deterministic=True)

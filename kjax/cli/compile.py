@@ -117,9 +117,7 @@ def to_json(report: dict) -> dict:
 
 def run_compile(args, config) -> int:
     from kjax.pretrain.memory_fit import advice, check, not_fitting_error
-    if args.phase:
-        from kjax.pretrain.phases import phase_config
-        config = phase_config(config, args.phase)
+    # (--phase: the loader took that phase already, kjax/pretrain/run_load.py)
     steps = ("train",) if args.no_eval else ("train", "eval")
     quiet = lambda *a, **k: None  # noqa: E731
     progress = quiet if args.json else (lambda m: print(m, file=sys.stderr, flush=True))

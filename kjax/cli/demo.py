@@ -145,20 +145,20 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     `compare=False`: only that it is empty or a kjax run (the config is
     compared once the vocabulary size is known)."""
     from kjax import paths
-    from kjax.config.recorded import config_differences, recorded_config_path
+    from kjax.config.recorded import config_differences, has_recorded_config
+    from kjax.pretrain import run_folder
     if paths.isfile(workdir):   # before the tokenizer and prepare spend minutes
         raise KjaxError(f"--workdir {workdir} is a file, not a directory; pass a directory "
                         f"(it is created if missing)")
     if not paths.exists(workdir) or not paths.listdir(workdir):
         return False
-    recorded = recorded_config_path(workdir)
-    if not paths.isfile(recorded):
+    if not has_recorded_config(workdir):
         raise KjaxError(f"{workdir} exists and is not a kjax demo run (no kjax_config.py); "
                         f"pass another --workdir (kjax demo never deletes anything)")
     if not compare:
         return True
-    from kjax.config import load_config
-    diffs = config_differences(load_config(recorded), config)
+    recorded = run_folder.read_recorded(workdir)   # paths as the run takes them
+    diffs = config_differences(recorded.config, run_folder.as_the_run_takes_it(config, recorded))
     if diffs:
         raise KjaxError(f"{workdir} holds a run with another config ({'; '.join(diffs[:4])}); "
                         f"pass another --workdir to start a new demo, or `kjax train --workdir "

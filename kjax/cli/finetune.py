@@ -81,7 +81,14 @@ def register(verbs, add_config) -> None:
     p.add_argument("--compare", default="", metavar="DIR,DIR",
                    help="with --every-checkpoint: earlier progress runs (their --out) drawn "
                    "in the same progress.png")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, before_load=weights_override)
+
+
+def weights_override(args) -> None:
+    """--weights is finetune.init_weights: an override of the config as it loads
+    (the loader's config is frozen: kjax/pretrain/run_load.py)."""
+    if args.weights:
+        args.overrides = [*args.overrides, f"--config.finetune.init_weights={args.weights}"]
 
 
 def check_init_weights(args, config) -> None:
@@ -89,8 +96,6 @@ def check_init_weights(args, config) -> None:
     from kjax.checkpoint.restore import check_weights
     from kjax.errors import KjaxError
     from kjax.finetune.pretrained import NO_INIT
-    if args.weights:
-        config.finetune.init_weights = args.weights
     weights = config.finetune.init_weights
     if weights != "params" and args.init.lower() in NO_INIT:
         raise KjaxError(f"--weights {weights}: it picks the weights of the --init run, and "

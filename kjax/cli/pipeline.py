@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 
 from kjax.cli.common import add_weights, format_table, print_json
-from kjax.errors import KjaxError
 from kjax.tokens.stats import POS_CLASSES
 
 
@@ -125,14 +124,9 @@ def run_prepare_beam(args, config) -> int:
 
 def run_train(args, config) -> int:
     from kjax.pretrain.trainer import train
-    if args.init_from and args.decay_from:
-        raise KjaxError("give --init-from (a new phase) or --decay-from (a decay branch), "
-                        "not both")
-    if args.init_from or args.decay_from:
-        config.init.from_run = args.init_from or args.decay_from
-    if args.decay_from:
-        config.init.mode = "continue"
-    result = train(config, args.workdir, stop_at=args.stop_at)
+    # the Run the loader made (kjax/pretrain/run_load.py: --init-from set, the
+    # config resolved against the workdir), with what it read of the workdir
+    result = train(args.run, args.workdir, stop_at=args.stop_at)
     print_json(result)
     return result.get("exit_code", 0)  # 143: stopped by SIGTERM after a clean save
 

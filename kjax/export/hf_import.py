@@ -268,8 +268,11 @@ def import_tokenizer(hf_dir: str, hf: dict, workdir: str, config) -> str | None:
 
 
 def write_config_file(config, path: str, source: str) -> None:
+    """The import's config file; the tokenizer it copied beside it named
+    `{run}/tokenizer.json`, so the folder works moved (kjax/pretrain/run_folder.py)."""
     from kjax.config.recorded import write_config_file as write
-    write(config, path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
+    from kjax.pretrain.run_folder import named_in_folder
+    write(named_in_folder(config, paths.parent(path)), path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
                         f"(model.*) on top of the base config; tokenizer.scheme='imported' when the\n"
                         f"folder had a tokenizer (copied to tokenizer.path): docs/EXPORT.md.")
 

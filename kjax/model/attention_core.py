@@ -48,10 +48,10 @@ import jax.numpy as jnp
 
 from kjax.config.platform import platform
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
-from kjax.model.flash import MASK_VALUE, sharded_flash_attention, tiles_chosen_while
+from kjax.model.flash import MASK_VALUE, choose_tiles, flash_calls, sharded_flash_attention
 
-__all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "flash_tiles_chosen",
-           "fused_attention", "logits_mask"]
+__all__ = ["IMPLS", "MASK_VALUE", "choose_flash_tiles", "choose_impl", "dense_shake",
+           "fused_attention", "logits_mask", "may_run_flash"]
 
 
 def dense_shake(shake, seq_len: int):
@@ -144,12 +144,12 @@ def may_run_flash(impl: str) -> bool:
                                                         and any(GPU_FLASH_FASTER.values())))
 
 
-def flash_tiles_chosen(impl: str, trace) -> dict[str, str]:
-    """{call signature: tiles} that the flash calls chose while `trace()` traced a
-    step of a config with `model.attention_impl=impl` (kjax/model/flash/tuning.py:
-    the config's fixed tiles, the card's cache, else a timing); {} without a trace
-    where no call can reach the kernel. A run records them in its config before it
-    builds anything, so its program has every tile fixed."""
-    if not may_run_flash(impl):
-        return {}
-    return tiles_chosen_while(trace)
+def choose_flash_tiles(traced_steps, fixed=(), measure=None) -> dict[str, str]:
+    """{call signature: tiles} for every flash call the traced steps make
+    (`traced_steps`: jaxprs, e.g. `jax.jit(step).trace(...).jaxpr`, traced while
+    `may_run_flash`), chosen after the traces have closed
+    (kjax/model/flash/tuning.py: the config's fixed tiles, the card's cache,
+    else a timing). A run records them in its config before it builds
+    anything, so its program has every tile fixed."""
+    calls = {c.signature: c for jaxpr in traced_steps for c in flash_calls(jaxpr)}
+    return choose_tiles(calls.values(), fixed, measure)

@@ -33,6 +33,7 @@ import jax
 
 from kjax.batches.synthetic import batch_shapes
 from kjax.config import platform_defaults
+from kjax.config.load import apply_overrides, copy_of
 from kjax.config.platform import lowering_for
 from kjax.model.arch import architecture
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
@@ -60,15 +61,9 @@ class StepCompile:
 
 
 def with_overrides(config, **keys):
-    """A copy of `config` with dotted keys changed ({"train.batch_size": 64})."""
-    c = config.copy_and_resolve_references()
-    for dotted, value in keys.items():
-        *sections, leaf = dotted.split(".")
-        node = c
-        for section in sections:
-            node = node[section]
-        node[leaf] = value
-    return c
+    """A copy of `config` with dotted keys changed ({"train.batch_size": 64}),
+    each value typed by its key (the one override function, apply_overrides)."""
+    return apply_overrides(copy_of(config), keys)
 
 
 def lower(config, devices, step: str = "train"):

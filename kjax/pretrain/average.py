@@ -39,13 +39,13 @@ from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.restore import (check_weights, chosen_weights, locate_checkpoint,
                                      open_read_only, restore_read_only)
 from kjax.config import platform_defaults
-from kjax.config.load import load_config
 from kjax.config.recorded import (has_recorded_config, recorded_config_path, workdir_of,
                                   write_config_file)
 from kjax.errors import KjaxError
 from kjax.model.arch import architecture
 from kjax.objectives import check_config
 from kjax.parallel.mesh import make_mesh
+from kjax.pretrain import run_folder
 from kjax.pretrain.phases import read_lineage, write_lineage
 from kjax.train.state import abstract_state, make_model, make_optimizer
 
@@ -95,7 +95,7 @@ def source_config(run: str):
     if not has_recorded_config(run):
         raise KjaxError(f"--workdir {run}: it has no kjax_config.py, so its model is unknown; "
                         f"average runs of `kjax train` or `kjax import`")
-    written = load_config(recorded_config_path(run))
+    written = run_folder.read_recorded(run).config   # its paths as the run takes them
     built = platform_defaults.resolved(written, keys=architecture(written).auto_keys)
     check_config(built)   # the checks every verb's config passes
     return written, built
@@ -187,10 +187,11 @@ def average(sources: list[str], out: str, steps: list[int] | None = None,
     state = {k: v for k, v in state.items() if k in shardings}   # the base's, its EMA left out
     state["params"] = jax.device_put(mean, shardings["params"])
     config_path = recorded_config_path(out)
-    write_config_file(written, config_path, f"Written by `kjax average`: the config of "
-                      f"{base_run}, whose checkpoint {base_step} is the base of the average\n"
-                      f"(train.ema_decay=0: the params are the average). Load it with "
-                      f"--config {config_path}.")
+    # OUT is a run folder of its own: the base's tokenizer kept in it (run_folder.py)
+    write_config_file(run_folder.keep_files(written, out), config_path,
+                      f"Written by `kjax average`: the config of {base_run}, whose checkpoint "
+                      f"{base_step} is the base of the average\n(train.ema_decay=0: the params "
+                      f"are the average). Load it with --config {config_path}.")
     write_lineage(out, {"averaged": sources_seen, "weights": weights, "method": METHOD,
                         "base": paths.join(base_dir, str(base_step))})
     checkpoints = Checkpointer(out_checkpoints, 1, built.train.keep_checkpoints)

@@ -99,7 +99,7 @@ def continue_from_parent(config, mesh, model, tx, shardings, start: int,
     checkpoint `init.from_run` names, at step `start` (branch_start)."""
     directory, _ = locate_checkpoint(config.init.from_run, FLAG, HINT)
     parent = workdir_of(directory)
-    pconfig, recorded_path = phases.parent_config(config, parent)
+    pconfig, recorded_path = phases.parent_config(config, parent, recorded)
     check_continuation(pconfig, config, start, parent)
     target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False),
                                make_optimizer(pconfig.train))
@@ -110,6 +110,7 @@ def continue_from_parent(config, mesh, model, tx, shardings, start: int,
         "parent": parent, "parent_checkpoint": paths.join(directory, str(step)),
         "parent_step": int(step), "parent_fingerprint": fingerprint.digest(pstate),
         "parent_config": recorded_path,
+        "parent_imported_from": phases.imported_from(parent),   # None: a trained run
         "init": {"mode": "continue", "optimizer": "keep", "weights": "params"},
         "continued": {"step": int(step), "position": data_state.get("position"),
                       "learning_rate": float(learning_rate_schedule(config.train)(step)),

@@ -12,7 +12,9 @@ run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]
 - its optimizer state is fresh or the parent's (`init.optimizer`), its
   schedule its own from step 0 (its own warmup), its data iterator new;
 - WORKDIR/lineage.json names the parent run, its step, the fingerprint of
-  its checkpoint, its config, and the parent's own lineage.
+  its checkpoint, its config, what `kjax import` made it from when it is an
+  import (`parent_imported_from`, from the parent's import.json), and the
+  parent's own lineage.
 
 A decay branch (`init.mode=continue`, kjax/pretrain/branch.py) continues the
 parent's run instead: its step counter, optimizer, data position and schedule.
@@ -24,6 +26,7 @@ the same command again continues the phase it was in.
 from __future__ import annotations
 
 import json
+import os
 
 import flax
 import jax
@@ -33,14 +36,16 @@ from kjax import paths
 from kjax.checkpoint import fingerprint
 from kjax.checkpoint.restore import (check_weights, chosen_weights, locate_checkpoint,
                                      restore_read_only)
-from kjax.config.load import load_config
-from kjax.config.recorded import has_recorded_config, recorded_config_path, workdir_of
+from kjax.config.load import apply_overrides, copy_of
+from kjax.config.recorded import workdir_of
 from kjax.errors import KjaxError
+from kjax.pretrain import run_folder
 from kjax.train import ema
 from kjax.train.optimizers import with_schedule_count
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
 LINEAGE = "lineage.json"
+IMPORT_RECORD = "import.json"   # what `kjax import` writes beside its checkpoint
 POSITION_TABLE = ("embeddings", "position_embeddings", "embedding")
 HINT = "pass the parent run's workdir, its checkpoints/ or checkpoints/STEP"
 
@@ -52,6 +57,13 @@ def read_lineage(workdir: str) -> dict | None:
 
 def write_lineage(workdir: str, lineage: dict) -> None:
     paths.write_text(paths.join(workdir, LINEAGE), json.dumps(lineage, indent=2) + "\n")
+
+
+def imported_from(folder: str):
+    """What `kjax import` converted into `folder` (its import.json's source: a
+    transformers folder, or an ELECTRA pair's two), None for a trained run."""
+    path = paths.join(folder, IMPORT_RECORD)
+    return paths.read_json(path).get("source") if paths.isfile(path) else None
 
 
 def describe(lineage: dict | None) -> str:
@@ -66,28 +78,37 @@ def describe(lineage: dict | None) -> str:
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
     if lineage.get("init", {}).get("mode") == "continue":   # kjax/pretrain/branch.py
         text += ", continuing its run (a decay branch)"
-    origin = lineage.get("parent_origin", "")
-    if origin.startswith("Written by `kjax import"):
-        text += f" ({origin.removesuffix(': the imported model' + chr(39) + 's settings')})"
-    return text
+    source = lineage.get("parent_imported_from")
+    if isinstance(source, dict):   # an ELECTRA pair
+        source = " --generator ".join(str(v) for v in source.values())
+    return text + (f" (imported from {source} by `kjax import`)" if source else "")
 
 
-def parent_config(config, parent: str):
-    """The parent run's recorded config, on this run's mesh."""
-    recorded = recorded_config_path(parent)
-    if not has_recorded_config(parent):
+def parent_config(config, parent: str, recorded=None):
+    """(The parent run's recorded config on this run's mesh, its file): from
+    `recorded` (run_folder.Recorded, the parent's record as the command read
+    it) when that is the parent's, else read here, once."""
+    if recorded is None or not _same_folder(recorded.folder, parent):
+        recorded = run_folder.read_recorded(parent)
+    if recorded is None:
         raise KjaxError(f"--init-from {parent}: it has no kjax_config.py, so its model is "
                         f"unknown; {HINT} of a `kjax train` or `kjax import` run")
-    c = load_config(recorded)
+    c = copy_of(recorded.config)
     c.mesh = config.mesh
-    return c, recorded
+    return c, recorded.path
 
 
-def init_from_parent(config, mesh, model, tx, shardings) -> tuple[dict, dict]:
-    """(this run's first state, its lineage) from the run `init.from_run` names."""
+def _same_folder(a: str, b: str) -> bool:
+    norm = lambda p: p.rstrip("/") if paths.is_remote(p) else os.path.abspath(p)  # noqa: E731
+    return norm(a) == norm(b)
+
+
+def init_from_parent(config, mesh, model, tx, shardings, recorded=None) -> tuple[dict, dict]:
+    """(this run's first state, its lineage) from the run `init.from_run` names
+    (`recorded`: its record, if the command read it already)."""
     directory, step = locate_checkpoint(config.init.from_run, "--init-from", HINT)
     parent = workdir_of(directory)
-    pconfig, recorded = parent_config(config, parent)
+    pconfig, recorded = parent_config(config, parent, recorded)
     check_weights(pconfig, config.init.weights, parent, "init.weights")
     ptx = make_optimizer(pconfig.train)
     target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False), ptx)
@@ -103,7 +124,7 @@ def init_from_parent(config, mesh, model, tx, shardings) -> tuple[dict, dict]:
         "parent_step": int(step),
         "parent_fingerprint": fingerprint.digest(pstate),
         "parent_config": recorded,
-        "parent_origin": paths.read_text(recorded).lstrip('"').split("\n", 1)[0],
+        "parent_imported_from": imported_from(parent),   # None: a trained run
         "init": {"optimizer": config.init.optimizer,
                  "new_positions": config.init.new_positions, "weights": config.init.weights},
         "notes": notes, "parent_lineage": read_lineage(parent)}
@@ -187,21 +208,10 @@ def phase_configs(config) -> list[tuple[str, object]]:
                             f"letters, digits, - and _)")
         if name in dict(out):
             raise KjaxError(f"phases: two phases are named {name!r}; name each once")
-        c = config.copy_and_resolve_references()
+        c = copy_of(config)
         c.phases = ()
-        for dotted, value in dict(phase.get("overrides", {})).items():
-            *sections, leaf = str(dotted).split(".")
-            node = c
-            for section in sections:
-                node = node.get(section) if hasattr(node, "get") else None
-            if node is None or not hasattr(node, "get") or leaf not in node or \
-                    hasattr(node[leaf], "items"):
-                raise KjaxError(f"phases[{i}] ({name}): {dotted!r} is not a config key; "
-                                f"`kjax config show` lists them")
-            try:
-                node[leaf] = value
-            except (TypeError, ValueError) as e:
-                raise KjaxError(f"phases[{i}] ({name}): {dotted}={value!r}: {e}") from None
+        # the one override function, typed by each key (kjax/config/load.py)
+        apply_overrides(c, dict(phase.get("overrides", {})), where=f"phases[{i}] ({name}): ")
         check_config(c)
         out.append((name, c))
     return out
@@ -216,15 +226,15 @@ def phase_config(config, name: str):
     return configs[name]
 
 
-def run_phases(config, workdir: str, train, **kwargs) -> dict:
+def run_phases(config, workdir: str, train, recorded=None, **kwargs) -> dict:
     """Trains each listed phase in WORKDIR/phases/NAME, in order, each from the
     last checkpoint of the one before (the first from `init.from_run`, if any);
     a finished phase returns at once, so the same command continues the phase
-    it was in. Stops, and returns, where a phase stops before its end."""
-    from kjax.config.recorded import record_config
+    it was in. Stops, and returns, where a phase stops before its end.
+    `recorded`: WORKDIR's record as the command read it (run_folder.Recorded)."""
     configs = phase_configs(config)
-    if jax.process_index() == 0:
-        record_config(config, workdir)   # `kjax train --workdir W` resumes with it
+    if jax.process_index() == 0:   # `kjax train --workdir W` resumes with it
+        run_folder.record_run(config, workdir, recorded)
     previous, done = config.init.from_run, []
     for name, c in configs:
         c.init.from_run = previous

@@ -33,9 +33,10 @@ from kjax.errors import KjaxError
 from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
-from kjax.config.recorded import flush_notes, record_config
+from kjax.config.recorded import flush_notes
 from kjax.pretrain import branch, mixture, phases
-from kjax.pretrain.run_config import resolve_run
+from kjax.pretrain.run_folder import record_run
+from kjax.pretrain.run_load import Run, training_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.goodput import Goodput
 from kjax.train.metrics import MetricWriter, plot_loss_curve
@@ -103,8 +104,12 @@ class PreemptionCheck:
 class Session:
     """Mesh, model, optimizer, checkpoints and compiled steps for one workdir."""
 
-    def __init__(self, config, workdir: str, read_only: bool = False):
+    def __init__(self, config, workdir: str, read_only: bool = False, recorded=None,
+                 parent=None):
         self.config, self.workdir, self.lineage = config, workdir, None
+        # what the command read (kjax/pretrain/run_load.py), not read again: the
+        # workdir's record before this session, and --init-from's record
+        self.recorded, self.parent = recorded, parent
         self.mesh = make_mesh(config)
         check_data(config)
         self.tx = make_optimizer(config.train)
@@ -124,11 +129,11 @@ class Session:
             if branch.continuing(self.config):   # a decay branch: the parent's run, continued
                 state, data_state, self.lineage = branch.continue_from_parent(
                     self.config, self.mesh, self.train_model, self.tx, shardings,
-                    branch.branch_start(self.config, self.workdir))
+                    branch.branch_start(self.config, self.workdir), self.parent)
                 return state, shardings, data_state
             if self.config.init.from_run:   # a new phase: another run's parameters
                 state, self.lineage = phases.init_from_parent(
-                    self.config, self.mesh, self.train_model, self.tx, shardings)
+                    self.config, self.mesh, self.train_model, self.tx, shardings, self.parent)
                 return state, shardings, None
             state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx,
                                           shardings)
@@ -150,24 +155,25 @@ class Session:
 def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
     """Trains to train.num_steps (or stops early at `stop_at`, checkpointing
     there, with the schedule of the full run: how a time-limited job ends).
-    SIGTERM stops it the same way at the next step (`preempted` in the result)."""
-    if config.phases:   # one run in the listed phases, each a run of its own
-        return phases.run_phases(config, workdir, train, progress=progress, stop_at=stop_at)
+    SIGTERM stops it the same way at the next step (`preempted` in the result).
+    `config`: the `Run` kjax/pretrain/run_load.py made of the command (its
+    config resolved against `workdir`), or a config, resolved here the same way."""
+    run = config if isinstance(config, Run) else training_run(config, workdir)
+    if run.config.phases:   # one run in the listed phases, each a run of its own
+        return phases.run_phases(run.config, workdir, train, run.recorded, progress=progress,
+                                 stop_at=stop_at)
     with StopSignal() as stop:
-        return _train(config, workdir, progress, stop_at, stop)
+        return _train(run, workdir, progress, stop_at, stop)
 
 
-def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
+def _train(run: Run, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
-    # Read-only, full or a file: one line before compiling.
-    last = storage.listed_last_step(os.path.join(workdir, "checkpoints"))
-    storage.check_writable(workdir, last)
-    config = resolve_run(config, workdir, last)   # frozen from here on (run_config.py)
+    config = run.config   # resolved and frozen (run_config.py), the workdir checked
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
     goodput = Goodput(logs, enabled=primary)
-    s = Session(config, workdir)
+    s = Session(config, workdir, recorded=run.recorded, parent=run.parent)
     writer = None
     try:
         state, shardings, data_state = s.initial_state(goodput)
@@ -261,7 +267,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 window_start, window_steps, window_examples, data_wait = \
                     time.perf_counter(), 0, 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
-                record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
+                record_run(c, workdir, s.recorded)   # WORKDIR/kjax_config.py, its files kept
                 if s.lineage:                   # a phase: where its parameters came from
                     phases.write_lineage(workdir, s.lineage)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):

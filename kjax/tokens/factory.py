@@ -16,6 +16,7 @@ import contextlib
 import os
 
 from kjax import paths
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.progress import Progress, Ticker
 from kjax.config.sources import sources
@@ -170,6 +171,6 @@ def local_tokenizer(config):
         for suffix in TOKENIZER_SUFFIXES.get(t.scheme, ()):
             if paths.isfile(t.path + suffix):
                 paths.download(t.path + suffix, prefix + suffix)
-        local = config.copy_and_resolve_references()
+        local = copy_of(config)
         local.tokenizer.path = prefix
         yield local
