@@ -45,6 +45,21 @@ def test_token_stages_end_at_the_first_step_that_reaches_them(tmp_path):
     assert not same.ramped and same.position_of_step(5) == 80 and same.step_of_position(95) == 5
 
 
+def test_a_stage_config_leaves_the_runs_config_as_it_was(tmp_path):
+    """The run's frozen config is what it records: a stage's config (and any
+    copy_of it, assigned into) must not change what its as_configdict() gives."""
+    from ml_collections import FrozenConfigDict
+    from kjax.config.batch_ramp import stage_config
+    from kjax.config.load import copy_of
+    config = FrozenConfigDict(tiny_config(tmp_path, **RAMP))
+    stage = stage_config(config, ramp_of(config).stages[0])
+    copy = copy_of(config)
+    copy.train.batch_size = 5
+    assert (stage.train.batch_size, stage.train.microbatches, stage.train.batch_ramp) == (8, 1, ())
+    assert config.as_configdict().train.batch_size == config.train.batch_size == 32
+    assert copy_of(config).train.batch_ramp == ((2, 8), (4, 16))
+
+
 def positions_and_records(monkeypatch):
     """The loader's rows as (stream position, a hash of the example's tokens)."""
     def tagged(self, example, rng):

@@ -69,11 +69,13 @@ def assert_same_run(config, a, b, steps):
 
 @pytest.mark.slow
 def test_two_branches_of_one_parent_each_equal_their_own_run(prepared, parent, tmp_path):
-    """Branches of the stable checkpoints 6 (3 decay steps) and 3 (4): each
-    ends bit-identical to its config trained from step 0 (state, data state,
-    logged rows), its first learning rate is the parent's entering the decay
-    (the peak), it continues the parent's step counter; the parent is left
-    as it was, and lineage.json names parent, step and fingerprint."""
+    """Branches of the stable checkpoints 6 (3 decay steps; `kjax train
+    --decay-from` without --config: the parent's recorded config) and 3 (4):
+    each ends bit-identical to its config trained from step 0 (state, data
+    state, logged rows), its first learning rate is the parent's entering the
+    decay (the peak), it continues the parent's step counter; the parent is
+    left as it was, and lineage.json names parent, step and fingerprint."""
+    from kjax.cli import main
     from kjax.checkpoint import fingerprint
     from kjax.pretrain.phases import describe
     from kjax.train.schedules import learning_rate_schedule
@@ -81,7 +83,12 @@ def test_two_branches_of_one_parent_each_equal_their_own_run(prepared, parent, t
     for step, end in ((6, 9), (3, 7)):
         config = branch_of(prepared, parent, step, end)
         workdir, alone = str(tmp_path / f"branch{step}"), str(tmp_path / f"alone{step}")
-        train(config, workdir, progress=False)
+        if step == 6:
+            assert main(["train", "--workdir", workdir, "--decay-from",
+                         f"{parent}/checkpoints/6", f"--config.train.num_steps={end}",
+                         "--config.train.decay_steps=0"]) == 0
+        else:
+            train(config, workdir, progress=False)
         own = tiny_config(prepared, **{**STABLE, "train.num_steps": end,
                                        "train.decay_steps": end - step})
         train(own, alone, progress=False)
@@ -298,3 +305,12 @@ def test_modern_bases_decay_phase_is_a_branch_of_the_extension():
     assert float(schedule(start)) == pytest.approx(8e-4) and float(schedule(30_000)) == 0.0
     assert extend.data.dir == decay.data.dir and \
         extend.train.batch_size == decay.train.batch_size
+
+
+def test_init_from_and_decay_from_together_are_one_line(parent, tmp_path, capsys):
+    from kjax.cli import main
+    assert main(["train", "--workdir", str(tmp_path / "b"), "--init-from", parent,
+                 "--decay-from", parent]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == ["kjax: error: give --init-from (a new phase) or --decay-from (a decay "
+                   "branch), not both"]

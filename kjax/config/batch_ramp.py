@@ -188,8 +188,8 @@ def stage_config(config, stage: Stage):
     it always did), else its batch and microbatches, frozen like `config`."""
     if stage.end_step is None:
         return config
-    frozen = isinstance(config, FrozenConfigDict)
-    c = config.as_configdict() if frozen else config.copy_and_resolve_references()
+    frozen = isinstance(config, FrozenConfigDict)   # (its as_configdict() is its own: copied)
+    c = (config.as_configdict() if frozen else config).copy_and_resolve_references()
     c.train.batch_size, c.train.microbatches = stage.batch_size, stage.microbatches
     c.train.batch_ramp = ()
     return FrozenConfigDict(c) if frozen else c
