@@ -16,9 +16,9 @@
    reach the flash kernel on a GPU, the tiles chosen for every flash call a
    trace of the train and eval steps makes (`run_tiles`: the trace lists the
    calls, kjax/model/attention_core.py's `tiles_for_steps` chooses after it
-   has closed, as it does for `kjax finetune`'s steps). The program built afterwards has every tile fixed by the
-   config, so neither a later timing nor another card changes what a resume
-   compiles;
+   has closed, as it does for `kjax finetune`'s steps). The program built
+   afterwards has every tile fixed by the config, so neither a later timing
+   nor another card changes what a resume compiles;
 5. it is frozen (ml_collections' FrozenConfigDict): no code after this moment
    can assign into it. The trainer records it in WORKDIR/kjax_config.py once
    the first step has run.
