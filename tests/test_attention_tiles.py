@@ -142,8 +142,9 @@ def test_a_traced_call_takes_the_configs_tiles_else_the_table(monkeypatch):
 
 def test_a_traced_call_reads_the_cards_cache_and_never_writes_it(tmp_path, monkeypatch):
     """On a GPU of its own, a traced call whose signature the config leaves open
-    takes what an earlier choice cached for this card (a fine-tuning step after
-    kjax train), else the table; it times nothing and writes nothing."""
+    takes what an earlier choice cached for this card (a verb that chooses none,
+    e.g. kjax eval after kjax train), else the table; it times nothing and
+    writes nothing."""
     monkeypatch.setattr(flash_tuning, "can_time", lambda: True)
     monkeypatch.setattr(flash_tuning, "_on_device", lambda *a: pytest.fail("timed in a trace"))
     assert flash_tuning.traced_tiles(CALL) == kernel_tiles(512, True)

@@ -3,6 +3,7 @@ steps and tokens by hand, the positions the loader yields across stage
 changes (each once, in order, on any process count), the mask schedule by
 the ramp's steps, a resume mid-ramp equal to the uninterrupted run with each
 stage compiled once, `kjax compile` per stage, and the one-line errors."""
+import contextlib
 import json
 import zlib
 
@@ -235,3 +236,28 @@ def test_a_resume_with_other_batches_is_refused_in_one_line(prepared, trained_ru
                                       "train.batch_ramp_unit": "steps", "train.num_steps": 8})
     with pytest.raises(KjaxError, match=r"train.batch_ramp"):
         train(config, workdir, progress=False)
+
+
+def test_every_stage_has_its_flash_tiles_fixed_before_the_run_builds_a_step(prepared,
+                                                                           monkeypatch):
+    """On a GPU the run fixes the tiles of every flash call its steps make
+    (kjax/pretrain/run_config.py `run_tiles`); a call's signature holds its
+    batch, so each stage's step is traced too: batch 8 on 8 devices is one row
+    a device (b1), batch 16 and the final 32 in microbatches of 16 two (b2).
+    Traced as for a GPU on this CPU host (nothing is lowered)."""
+    from kjax.config.platform import lowering_for
+    from kjax.model.flash import tuning as flash_tuning
+    from kjax.model.flash.tiles import candidates
+    from kjax.pretrain.run_config import run_tiles
+    chosen = []
+
+    def choose(call, measure):   # the card's cache or a timing, in place of a GPU
+        chosen.append(call.signature)
+        return candidates(call.seq, call.head_dim)[1]
+    monkeypatch.setattr(flash_tuning, "_cached_or_timed", choose)
+    from kjax.pretrain import aot   # its trace keeps the GPU's lowering, not these devices'
+    monkeypatch.setattr(aot, "lowering_for", lambda platform: contextlib.nullcontext())
+    with lowering_for("gpu"):
+        tiles = run_tiles(tiny_config(prepared, **RAMP, **{"model.attention_impl": "flash"}))
+    assert sorted(tiles) == sorted(chosen) == ["s64_d8_b1_h4_float32_dropout",
+                                               "s64_d8_b2_h4_float32_dropout"]

@@ -135,6 +135,8 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
     tuner.target_scale = scale
+    # On a GPU: every flash call's tiles fixed before a step is built (nothing on CPU)
+    tuner.fix_flash_tiles(trains, infers)
     return tuner
 
 
@@ -182,7 +184,8 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned,
-                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs)
+                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs,
+                   attention_tiles=tuner.flash_tiles)
     constant = {e.get("constant", {}).get("dev") for r in runs for e in r["results"].values()}
     summary["note"] = weak_model_note(summary, constant.pop() if len(constant) == 1 else None)
     if jax.process_index() == 0:

@@ -51,7 +51,7 @@ from kjax.model.config import ATTENTION_IMPLS as IMPLS
 from kjax.model.flash import MASK_VALUE, choose_tiles, flash_calls, sharded_flash_attention
 
 __all__ = ["IMPLS", "MASK_VALUE", "choose_flash_tiles", "choose_impl", "dense_shake",
-           "fused_attention", "logits_mask", "may_run_flash"]
+           "fused_attention", "logits_mask", "may_run_flash", "tiles_for_steps"]
 
 
 def dense_shake(shake, seq_len: int):
@@ -153,3 +153,15 @@ def choose_flash_tiles(traced_steps, fixed=(), measure=None) -> dict[str, str]:
     anything, so its program has every tile fixed."""
     calls = {c.signature: c for jaxpr in traced_steps for c in flash_calls(jaxpr)}
     return choose_tiles(calls.values(), fixed, measure)
+
+
+def tiles_for_steps(model_config, trace_steps) -> dict[str, str]:
+    """{signature: tiles} of every flash call a run's steps make, for the run
+    to fix in its config before it builds them (`kjax train`'s run config,
+    `kjax finetune`'s tuner): `trace_steps()` → the steps' jaxprs, traced
+    against abstract state (nothing runs), called only where `may_run_flash`
+    (elsewhere {}: nothing is traced); the tiles chosen once the traces have
+    closed by `choose_flash_tiles`, `model_config.attention_tiles` first."""
+    if not may_run_flash(model_config.attention_impl):
+        return {}
+    return choose_flash_tiles(list(trace_steps()), tuple(model_config.attention_tiles.items()))

@@ -17,10 +17,10 @@
 4. `model.attention_tiles` takes the recorded tiles, then, where a call can
    reach the flash kernel on a GPU, the tiles chosen for every flash call a
    trace of the train and eval steps makes (`run_tiles`: the trace lists the
-   calls, kjax/model/attention_core.py's `choose_flash_tiles` chooses after
-   it has closed). The program built afterwards has every tile fixed by the
-   config, so neither a later timing nor another card changes what a resume
-   compiles;
+   calls, kjax/model/attention_core.py's `tiles_for_steps` chooses after it
+   has closed, as it does for `kjax finetune`'s steps). The program built
+   afterwards has every tile fixed by the config, so neither a later timing
+   nor another card changes what a resume compiles;
 5. it is frozen (ml_collections' FrozenConfigDict): no code after this moment
    can assign into it. The trainer records it in WORKDIR/kjax_config.py once
    the first step has run.
@@ -33,10 +33,11 @@ import jax
 from ml_collections import FrozenConfigDict
 
 from kjax.config import platform_defaults
+from kjax.config.batch_ramp import ramp_of, stage_config
 from kjax.config.load import copy_of
 from kjax.config.recorded import note, recorded_config_path
 from kjax.model.arch import architecture
-from kjax.model.attention_core import choose_flash_tiles, may_run_flash
+from kjax.model.attention_core import tiles_for_steps
 from kjax.pretrain import aot, branch, run_folder
 from kjax.pretrain.resume_policy import check_resume
 
@@ -81,13 +82,13 @@ def run_tiles(config, devices=None) -> dict[str, str]:
     traced against abstract state on `devices` (default this host's; nothing
     runs), the calls read from the traces, their tiles chosen once the traces
     have closed (the config's, the card's cache, else a timing on a GPU);
-    {} without a trace where no call can reach the kernel."""
-    if not may_run_flash(config.model.attention_impl):
-        return {}
+    {} without a trace where no call can reach the kernel. A batch ramp's
+    stages are steps of their own (a call's signature holds its batch)."""
     devices = devices or jax.devices()
-    steps = ["train"] + (["eval"] if config.train.eval_every else [])
-    traced = [aot.trace(config, devices, step).jaxpr for step in steps]
-    return choose_flash_tiles(traced, tuple(config.model.attention_tiles.items()))
+    steps = [(config, "train")] + ([(config, "eval")] if config.train.eval_every else []) + \
+        [(stage_config(config, s), "train") for s in ramp_of(config).stages[:-1]]
+    return tiles_for_steps(config.model,
+                           lambda: [aot.trace(c, devices, step).jaxpr for c, step in steps])
 
 
 def _note_kept(config, recorded, workdir: str) -> None:

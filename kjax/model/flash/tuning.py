@@ -26,7 +26,8 @@ have passed (compiles included), the fastest kept in the cache. Elsewhere
 which must all compile one program) the table. `kjax train` does this before
 it builds anything and writes the result into its config
 (kjax/pretrain/run_config.py), so its program has every tile fixed by the
-config and a resume compiles the same kernels.
+config and a resume compiles the same kernels; `kjax finetune` does the same
+for its train and eval steps (kjax/finetune/trainer.py `fix_flash_tiles`).
 """
 from __future__ import annotations
 
@@ -133,8 +134,9 @@ def traced_tiles(call: Call, fixed=()):
     """The (forward, dq, dk/dv) tiles a call traced on Triton runs with: the
     config's (`fixed`: model.attention_tiles as pairs), else, on a GPU this
     process drives alone, this card's cached choice for the signature (read,
-    never timed or written: a run's steps have every tile fixed by then; a
-    fine-tuning step takes what an earlier choice found), else the table.
+    never timed or written: `kjax train`'s and `kjax finetune`'s steps have
+    every tile fixed by then; another verb's step, e.g. `kjax eval` at another
+    batch size, takes what an earlier choice found), else the table.
     Nothing is kept: the trace's tiles are a function of its inputs."""
     tiles = _fixed(call, fixed)
     if tiles is None and can_time():
