@@ -5,19 +5,24 @@ attention, StableAdamW, WSD with the 1 − √ decay). Three phases of one run
 (docs/PRETRAINING.md, "Runs in phases" and "The 2026 recipe"):
 
 - `stable1024`: 150k steps at 1024 positions, masking 30 %, a source mixture
+  (web 0.6, news 0.25, wiki 0.15)
   sampled at temperature 0.7 (∝ weight · examples^0.7), a batch ramp
   64 → 128 → 256 rows over the first 4B tokens, the rate held at the peak;
 - `extend8192`: 25k steps of 32 × 8192, masking 15 %, temperature 0.5, the
   curated sources weighted up, the optimizer's moments kept;
 - `decay8192`: a decay branch of `extend8192` (init.mode=continue), 5k steps
-  to rate 0 by 1 − √progress, masking 5 %, temperature 0.3, web text down.
+  to rate 0 by 1 − √progress, masking 5 %, temperature 0.3, web text down
+  (0.3/0.35/0.35).
 
 The parameters' moving average (train.ema_decay 0.9999) is kept throughout;
 `kjax average` of the decay's last checkpoints is the other way to smooth.
 
-    for s in web news wiki; do kjax prepare --config tpu_configs/modern_2026.py \
-        --config.data.corpus="gs://B/corpus/$s/*" --config.data.dir=runs/modern_2026_data/$s; done
-    (the same with --config.data.max_seq_len=8192 into runs/modern_2026_data/${s}_8192)
+    one="--config.data.sources={} --config.data.source_temperature=0"   # one source at a time
+    kjax tokenizer train --config tpu_configs/modern_2026.py $one --config.data.corpus='gs://B/corpus/*/*'
+    for s in web news wiki; do for n in 1024 8192; do d=runs/modern_2026_data/$s
+      [ $n = 8192 ] && d=${d}_8192
+      kjax prepare --config tpu_configs/modern_2026.py $one --config.data.corpus="gs://B/corpus/$s/*" --config.data.max_seq_len=$n --config.data.dir=$d
+    done; done
     kjax train   --config tpu_configs/modern_2026.py --workdir gs://B/runs/modern_2026
     kjax average --workdir gs://B/runs/modern_2026/phases/decay8192 --last 4
     kjax export  --config tpu_configs/modern_2026.py --workdir gs://B/runs/modern_2026/phases/decay8192 --out hf/
@@ -31,12 +36,18 @@ quality (ModernBERT, Ettin); ~135 M parameters with a 32k vocabulary.
 """
 from kjax.config.presets import modern_config
 
-SOURCES = ("web", "news", "wiki")
+# The mixture's weights by phase: web text dominant while stable, the curated
+# sources (news, encyclopedia) weighted up for the extension and decay, as
+# mmBERT and Ettin anneal on cleaner text.
+WEIGHTS = {"stable": {"web": 0.6, "news": 0.25, "wiki": 0.15},
+           "extend": {"web": 0.45, "news": 0.3, "wiki": 0.25},
+           "decay": {"web": 0.3, "news": 0.35, "wiki": 0.35}}
 
 
-def _sources(max_seq_len: int) -> dict:
+def _sources(max_seq_len: int, phase: str) -> dict:
     suffix = "" if max_seq_len == 1024 else f"_{max_seq_len}"
-    return {s: {"dir": f"runs/modern_2026_data/{s}{suffix}", "weight": 1.0} for s in SOURCES}
+    return {s: {"dir": f"runs/modern_2026_data/{s}{suffix}", "weight": w}
+            for s, w in WEIGHTS[phase].items()}
 
 
 def get_config():
@@ -46,8 +57,8 @@ def get_config():
     c.train.update(optimizer="stable_adamw", b1=0.9, b2=0.98, eps=1e-6,
                    weight_decay=1e-5 / c.train.learning_rate, schedule="wsd",
                    decay_shape="sqrt", ema_decay=0.9999)
-    c.data.update(sources=_sources(1024), source_temperature=0.7, masked_lm_prob=0.3)
-    long = {"data.max_seq_len": 8192, "data.sources": _sources(8192),
+    c.data.update(sources=_sources(1024, "stable"), source_temperature=0.7, masked_lm_prob=0.3)
+    long = {"data.max_seq_len": 8192,
             "model.rope_theta": 160_000.0, "model.remat_policy": "full",
             "train.batch_size": 32, "init.optimizer": "keep", "train.warmup_steps": 0,
             "train.batch_ramp": ()}
@@ -59,9 +70,11 @@ def get_config():
             "train.batch_ramp": ((1_000_000_000, 64), (4_000_000_000, 128))}},
         {"name": "extend8192", "overrides": {
             **long, "train.schedule": "constant", "train.num_steps": 25_000,
+            "data.sources": _sources(8192, "extend"),
             "data.masked_lm_prob": 0.15, "data.source_temperature": 0.5}},
         {"name": "decay8192", "overrides": {
             **long, "init.mode": "continue", "train.decay_steps": 5_000,
+            "data.sources": _sources(8192, "decay"),
             "train.num_steps": 30_000, "data.masked_lm_prob": 0.05,
             "data.source_temperature": 0.3}},
     )
