@@ -47,8 +47,8 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
                                       "train.batch_size=64"], "ramp stage 1: batch 64", True),
              ("modern_2026", "v3-8", ["phase=stable1024", "train.batch_ramp=()",
                                       "train.batch_size=128"], "ramp stage 2: batch 128", True),
-             ("modern_2026", "v3-8", ["phase=extend8192"], "phase 2: 8192 tokens, batch 32",
-              True),
+             ("modern_2026", "v3-8", ["phase=extend8192"],
+              "phase 2: 8192 tokens, batch 32 in 2 microbatches", True),
              ("modern_2026", "v3-8", ["phase=decay8192"], "phase 3: the 1 − √ decay, EMA",
               True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]

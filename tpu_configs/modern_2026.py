@@ -8,7 +8,7 @@ attention, StableAdamW, WSD with the 1 − √ decay). Three phases of one run
   (web 0.6, news 0.25, wiki 0.15)
   sampled at temperature 0.7 (∝ weight · examples^0.7), a batch ramp
   64 → 128 → 256 rows over the first 4B tokens, the rate held at the peak;
-- `extend8192`: 25k steps of 32 × 8192, masking 15 %, temperature 0.5, the
+- `extend8192`: 25k steps of 32 × 8192 (2 microbatches), masking 15 %, temperature 0.5, the
   curated sources weighted up, the optimizer's moments kept;
 - `decay8192`: a decay branch of `extend8192` (init.mode=continue), 5k steps
   to rate 0 by 1 − √progress, masking 5 %, temperature 0.3, web text down
@@ -35,6 +35,14 @@ phase's realised mask share 30.3 / 15.2 / 4.7 %. From the
 papers: the annealed mask rate and source temperature help low-resource
 languages in the decay (mmBERT), and the decay phase gives most of the final
 quality (ModernBERT, Ettin); ~135 M parameters with a 32k vocabulary.
+
+Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
+paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
+256 (32 per core) the train step needs 13.16 GiB per core of 16 (arguments
+2.02, temporaries 11.14): fits.
+`kjax compile --config tpu_configs/modern_2026.py --topology v3-8` says it
+again; with `--fit-batch`, also the largest batch that compiles
+(docs/TPU.md §15).
 """
 from kjax.config.presets import modern_config
 
@@ -63,7 +71,8 @@ def get_config():
     long = {"data.max_seq_len": 8192,
             "model.rope_theta": 160_000.0, "model.remat_policy": "full",
             "train.batch_size": 32, "init.optimizer": "keep", "train.warmup_steps": 0,
-            "train.batch_ramp": ()}
+            # EMA's copy of the parameters leaves 8192 × 32 in one pass 0.2 GiB over a v3 core
+            "train.microbatches": 2, "train.batch_ramp": ()}
     c.phases = (
         {"name": "stable1024", "overrides": {
             "model.rope_theta": 10_000.0, "train.schedule": "constant",
