@@ -28,6 +28,7 @@ from kjax.checkpoint import manager
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.pretrain import trainer
+from kjax.train import stage_steps
 from waiting import Watched, committed, last_logged, progress, run, steps_logged, wait_for
 
 LOCAL_PATH = type(epath.Path("/"))
@@ -84,7 +85,7 @@ def one_error_line(capsys) -> str:
 def no_compile(monkeypatch):
     def compiled(*args, **kwargs):
         raise AssertionError("compiled before the storage check")
-    monkeypatch.setattr(trainer, "make_train_step", compiled)
+    monkeypatch.setattr(stage_steps, "make_train_step", compiled)   # the trainer's steps
     monkeypatch.setattr(trainer, "init_state", compiled)
 
 

@@ -22,7 +22,8 @@ import grain
 import numpy as np
 
 from kjax.batches.packing import pack
-from kjax.batches.stream import TrainStream, example_stream, step_of_position
+from kjax.batches.stream import TrainStream, example_stream
+from kjax.config.batch_ramp import ramp_of
 from kjax.config import shaking_enabled
 from kjax.config.mask_schedule import mask_rate, scheduled
 from kjax.examples import records
@@ -45,11 +46,12 @@ class ToModelInputs(grain.transforms.RandomMap):
         self.resources = self.mode.loader_resources(config)
         self.builds_b = config.shake.variant != "none" and shaking_enabled(config)
         self.scheduled = dynamic_masking and scheduled(config.data)
+        self.ramp = ramp_of(config)   # position → step (train.batch_ramp's stages)
 
     def random_map(self, example, rng: np.random.Generator):
         position, source = example.pop("position", None), example.pop("source", None)
         if self.scheduled and position is not None:   # the rate of the step it lands in
-            step = step_of_position(position, self.config)
+            step = self.ramp.step_of_position(position)
             example["mask_rate"] = mask_rate(self.config.data, step, self.config.train.num_steps)
         out = self.mode.to_model_inputs(example, self.config, rng, self.dynamic,
                                         self.resources, self.builds_b)
@@ -64,11 +66,13 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1,
     """This process's batches of the run's stream: an iterable whose iterator
     has get_state/set_state (the position, stream.py). `origin`: where a run
     that takes a mixture over with other weights starts (stream.py)."""
-    d, batch = config.data, config.train.batch_size
-    if batch % process_count:
-        raise ValueError(f"train.batch_size={batch} is not divisible by {process_count} processes")
+    d, ramp = config.data, ramp_of(config)
+    for stage in ramp.stages:
+        if stage.batch_size % process_count:
+            raise ValueError(f"a batch of {stage.batch_size} is not divisible by "
+                             f"{process_count} processes")
     read = grain.ReadOptions(num_threads=2, prefetch_buffer_size=config.train.prefetch)
-    local = batch // process_count
+    local = config.train.batch_size // process_count
     transform = ToModelInputs(config, dynamic_masking=d.masking == "dynamic")
 
     def examples(origin):
@@ -80,14 +84,15 @@ def train_dataset(config, process_index: int = 0, process_count: int = 1,
         return in_workers(pack(ds, config, bins=local).batch(local, drop_remainder=True),
                           config)
 
-    def build(position: int, origin: dict | None):
-        # Process p takes rows [p·L, (p+1)·L) of every global batch (lazily: it
-        # reads only those). Masks are drawn by global record index, so the
-        # global batch, and the loss curve, do not depend on the process count.
+    def build(position: int, origin: dict | None, batch: int):
+        # Process p takes rows [p·L, (p+1)·L) of every global batch of B (L =
+        # B / P; lazily: it reads only those). Masks are drawn by global record
+        # index, so the global batch, and the loss curve, do not depend on the
+        # process count. A ramp's stage builds this again at its batch.
         first = position - int((origin or {}).get("position", 0))
-        ds = examples(origin)[first:].batch(local, drop_remainder=True)
+        ds = examples(origin)[first:].batch(batch // process_count, drop_remainder=True)
         return in_workers(ds[process_index::process_count].to_iter_dataset(read), config)
-    return TrainStream(build, batch, origin)
+    return TrainStream(build, ramp, origin)
 
 
 def in_workers(ds: grain.IterDataset, config) -> grain.IterDataset:

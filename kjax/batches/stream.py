@@ -14,17 +14,19 @@ is where the stream is.
 Every example is tagged with its `position` k (and its `source` id in a
 mixture) before the loader's transform, which draws its masks from grain's
 per-record generator (a function of the seed and k) at the rate of the step
-k lands in (`step_of_position`, kjax/config/mask_schedule.py). Global batch b
-of a run at batch size B is examples [b·B, (b+1)·B); process p of P reads
-rows [p·B/P, (p+1)·B/P) of it. None of this depends on the process, device,
-loader-worker or microbatch count.
+k lands in (`step_of_position`, kjax/config/mask_schedule.py). Step s of a
+run reads examples [position_of_step(s), position_of_step(s + 1)): [s·B,
+(s+1)·B) at batch size B, or through the stages of a batch ramp
+(train.batch_ramp, kjax/config/batch_ramp.py, whose `Ramp` is this map);
+process p of P reads rows [p·B/P, (p+1)·B/P) of it. None of this depends on
+the process, device, loader-worker or microbatch count.
 
 The data state a checkpoint holds is `{"position": k}`: the examples the run
 has consumed (plus the loader's per-source counters,
 kjax/train/stream_meter.py). A resume rebuilds the stream at k, whatever its
-worker count; a later run may take the stream over at k with another batch
-size (a batch ramp changes `step_of_position` and the batch a position
-belongs to, nothing else) or, in a mixture, other weights: `origin`
+worker count, and at a ramp's stage change the iterator builds the stream
+again at the new batch from k; a later run may take the stream over at k
+or, in a mixture, with other weights: `origin`
 ({"position": K0, "source_examples": {name: consumed}}, from the parent's
 data state: its position and its counters' `sources.examples`) starts a new
 mixing at K0 with each source continuing where it stood, its masks drawn on
@@ -45,6 +47,7 @@ import zlib
 import grain
 import numpy as np
 
+from kjax.config.batch_ramp import Ramp, ramp_of
 from kjax.config.sources import Source, sources
 from kjax.examples import records
 
@@ -53,9 +56,9 @@ MASK_STREAM = 3   # the mixture's mask generator: a seed of its own, apart from 
 
 def step_of_position(position: int, config) -> int:
     """The 0-based step whose global batch holds example `position`: what a
-    record's mask rate follows. One batch size here; a batch-size ramp
-    replaces this function and nothing else."""
-    return int(position) // config.train.batch_size
+    record's mask rate follows (position // batch_size, or through the
+    stages of train.batch_ramp: kjax/config/batch_ramp.py)."""
+    return ramp_of(config).step_of_position(position)
 
 
 def shuffled_source(directory: str, seed: int) -> grain.MapDataset:
@@ -169,21 +172,28 @@ def start_position(state: dict, batch_size: int) -> int:
 
 
 class PositionIterator:
-    """Batches from `build(position)` (a grain iterable of this process's rows
-    of the global batches from `position` on); the state is the position."""
+    """Batches from `build(position, origin, batch_size)` (a grain iterable of
+    this process's rows of the global batches of `batch_size` from `position`
+    on); the state is the position. At a batch ramp's stage change the
+    stream is built again at the new batch from the exact position the last
+    stage ended at: no example skipped or read twice."""
 
-    def __init__(self, build, batch_size: int, origin: dict | None = None):
-        self.build, self.batch_size, self.origin = build, batch_size, origin
+    def __init__(self, build, ramp: Ramp, origin: dict | None = None):
+        self.build, self.ramp, self.origin = build, ramp, origin
         self.position, self._inner = int((origin or {}).get("position", 0)), None
+        self._stage = None
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict:
-        if self._inner is None:
-            self._inner = iter(self.build(self.position, self.origin))
+        stage = self.ramp.stage_of_position(self.position)
+        if self._inner is None or stage is not self._stage:
+            self.close()
+            self._stage = stage
+            self._inner = iter(self.build(self.position, self.origin, stage.batch_size))
         batch = next(self._inner)
-        self.position += self.batch_size
+        self.position += stage.batch_size
         return batch
 
     def get_state(self) -> dict:
@@ -195,7 +205,7 @@ class PositionIterator:
     def set_state(self, state: dict) -> None:
         self.close()
         self.origin = state.get("origin") or None
-        self.position = start_position(state, self.batch_size)
+        self.position = start_position(state, self.ramp.stages[-1].batch_size)
 
     def close(self) -> None:
         inner, self._inner = self._inner, None
@@ -206,8 +216,8 @@ class PositionIterator:
 class TrainStream:
     """`iter()` gives a PositionIterator (the trainer's iterator)."""
 
-    def __init__(self, build, batch_size: int, origin: dict | None = None):
-        self.build, self.batch_size, self.origin = build, batch_size, origin
+    def __init__(self, build, ramp: Ramp, origin: dict | None = None):
+        self.build, self.ramp, self.origin = build, ramp, origin
 
     def __iter__(self) -> PositionIterator:
-        return PositionIterator(self.build, self.batch_size, self.origin)
+        return PositionIterator(self.build, self.ramp, self.origin)

@@ -95,8 +95,13 @@ def load(args, parser):
     config_file = args.config
     if args.verb not in RUN_VERBS and config_file is None:
         config_file = DEMO_CONFIG
-    return load_run(config_file, overrides, workdir=run_workdir(args),
-                    init_from=getattr(args, "init_from", None),
+    init_from, decay_from = getattr(args, "init_from", None), getattr(args, "decay_from", None)
+    if init_from and decay_from:
+        raise KjaxError("give --init-from (a new phase) or --decay-from (a decay branch), "
+                        "not both")
+    if decay_from:   # a decay branch: its parent's run continued (kjax/pretrain/branch.py)
+        init_from, overrides = decay_from, [*overrides, "--config.init.mode=continue"]
+    return load_run(config_file, overrides, workdir=run_workdir(args), init_from=init_from,
                     phase=getattr(args, "phase", None), use=USES.get(args.verb, "file"),
                     start=start)
 

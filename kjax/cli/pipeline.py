@@ -54,6 +54,13 @@ def register(verbs, add_config) -> None:
                     "config's data, schedule and warmup (sets init.from_run; without --config, "
                     "the config RUN recorded, the overrides on top); ignored once --workdir has "
                     "checkpoints of its own")
+    tr.add_argument("--decay-from", default=None, metavar="RUN",
+                    help="a decay branch: continue another run's checkpoint (its workdir, "
+                    "checkpoints/ or checkpoints/STEP) — step counter, optimizer, EMA, data "
+                    "position — in --workdir with this config's schedule (wsd: the decay spans "
+                    "the branch; train.num_steps counts the parent's steps too). Sets "
+                    "init.from_run and init.mode=continue; without --config, the config RUN "
+                    "recorded, the overrides on top")
     tr.set_defaults(handler=run_train, distributed=True)
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "

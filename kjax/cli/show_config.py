@@ -148,4 +148,9 @@ def show_schedule(config, as_json: bool) -> int:
     width = len(str(t.num_steps))
     for step, lr, what in points:
         print(f"  step {step:>{width}}  lr {lr:.4e}" + (f"  {what}" if what else ""))
+    if t.batch_ramp:   # the batch of each step (the rate stays a function of the step)
+        from kjax.config.batch_ramp import describe
+        print(f"train.batch_ramp ({t.batch_ramp_unit}):")
+        for line in describe(config):
+            print(f"  {line}")
     return 0

@@ -302,9 +302,11 @@ def _apply_values(config: ConfigDict, values: Mapping, where: str) -> ConfigDict
 
 
 def copy_of(config) -> ConfigDict:
-    """A copy of `config` that may be assigned into (of a frozen one too)."""
+    """A copy of `config` that may be assigned into (of a frozen one too:
+    FrozenConfigDict.as_configdict() is the frozen config's own ConfigDict,
+    which an assignment would change under every later as_configdict())."""
     if isinstance(config, ml_collections.FrozenConfigDict):
-        return config.as_configdict()
+        config = config.as_configdict()
     return config.copy_and_resolve_references()
 
 

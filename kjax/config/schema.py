@@ -209,7 +209,16 @@ TRAIN = {
                              "microbatches that run one after another in the step, their "
                              "gradients summed into one update (1: off); the result is the "
                              "whole batch's, so it may change between resumes of a run"),
-    "num_steps": at_least(1, 100_000, "steps of the schedule"),
+    "batch_ramp": Key((), "a batch-size ramp: ((until, batch), ...) stages run `batch` "
+                      "examples a step until `until` (train.batch_ramp_unit), then "
+                      "train.batch_size; each stage one compile, its batch in microbatches of "
+                      "batch_size / microbatches rows (kjax/config/batch_ramp.py); (): none"),
+    "batch_ramp_unit": Key("tokens", "what a batch_ramp stage's until counts: tokens "
+                           "(examples × data.max_seq_len; a stage ends at the first step that "
+                           "reaches it) or steps", choices=("tokens", "steps")),
+    "num_steps": at_least(1, 100_000, "steps of the schedule (with a batch_ramp: every "
+                          "stage's steps; a decay branch, init.mode=continue: the step it ends "
+                          "at, its parent's steps included)"),
     "learning_rate": positive(1e-4, "peak learning rate"),
     "warmup_steps": at_least(0, 10_000, "linear warmup steps from 0 to learning_rate (then "
                              "train.schedule: linear decay to 0 by default)"),
@@ -222,6 +231,9 @@ TRAIN = {
                                "(linear, cosine, wsd)", closed_max=True),
     "decay_fraction": share(0.1, "wsd: share of num_steps in the final decay",
                             closed_max=True),
+    "decay_steps": at_least(0, 0, "wsd: the steps of the final decay (0: decay_fraction of "
+                            "num_steps; a decay branch, init.mode=continue: every step after "
+                            "its parent's, num_steps − that step, resolved when it starts)"),
     "decay_shape": Key("sqrt", "wsd: the decay's shape, linear or sqrt (the factor "
                        "1 - sqrt(progress), ModernBERT's)", choices=("linear", "sqrt")),
     "optimizer": Key("adamw", "the update rule behind global-norm clipping "
@@ -344,13 +356,20 @@ RETIRED = {
 INIT = {
     "from_run": Key("", "start from another run's parameters: its workdir, checkpoints/ or "
                     "checkpoints/STEP (kjax train --init-from); '': a fresh init"),
-    "optimizer": Key("fresh", "with from_run: fresh (a new optimizer state) or keep (the "
-                     "parent's, same optimizer and shapes); the schedule is the new run's, "
-                     "from step 0, either way", choices=("fresh", "keep")),
+    "mode": Key("phase", "with from_run: phase (a new run from the parent's parameters: its "
+                "own step counter from 0, schedule, warmup and data iterator) or continue (a "
+                "decay branch, kjax train --decay-from: the parent's whole state — step "
+                "counter, optimizer, EMA, data position and per-source counters — continued "
+                "with this config's schedule; kjax/pretrain/branch.py)",
+                choices=("phase", "continue")),
+    "optimizer": Key("fresh", "a phase (init.mode=phase): fresh (a new optimizer state) or "
+                     "keep (the parent's moments, same optimizer and shapes); the schedule is "
+                     "the phase's, from step 0, either way (a decay branch keeps the parent's)",
+                     choices=("fresh", "keep")),
     "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
                          "(freshly initialised) or copy (the parent's rows repeated, as "
                          "KoBigBird grew BERT's)", choices=("init", "copy")),
-    "weights": Key("params", "with from_run: which of the parent's weights to start from, "
+    "weights": Key("params", "a phase: which of the parent's weights to start from, "
                    "params or ema (their moving average: a parent with train.ema_decay > 0)",
                    choices=("params", "ema")),
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 
+from kjax.config.batch_ramp import check_ramp
 from kjax.config.mask_schedule import highest_rate, scheduled
 from kjax.config.schema import MESH_AXES, SCHEMA
 from kjax.config.sources import check_sources
@@ -155,9 +156,12 @@ def profile_steps(value: str) -> tuple[int, int] | None:
 
 
 def wsd_decay_steps(train_cfg) -> int:
-    """Steps in wsd's decay: the last decay_fraction share of num_steps (the
-    schedule, kjax/train/schedules.py, takes it from here)."""
-    return int(round(train_cfg.get("decay_fraction", 0.1) * train_cfg.num_steps))
+    """Steps in wsd's decay: train.decay_steps, or (0) the last decay_fraction
+    share of num_steps (the schedule, kjax/train/schedules.py, takes it from
+    here; a decay branch's 0 is set to its steps: kjax/pretrain/branch.py)."""
+    steps = train_cfg.get("decay_steps", 0)
+    return int(steps) if steps else int(round(train_cfg.get("decay_fraction", 0.1)
+                                              * train_cfg.num_steps))
 
 
 def validate_train(c) -> None:
@@ -169,14 +173,16 @@ def validate_train(c) -> None:
     if r.schedule == "wsd":
         decay = wsd_decay_steps(r)
         if r.warmup_steps + decay > r.num_steps:
+            given = f"train.decay_steps={r.decay_steps}" if r.decay_steps else \
+                f"train.decay_fraction={r.decay_fraction} of train.num_steps={r.num_steps}"
             raise KjaxError(f"train.schedule='wsd': train.warmup_steps={r.warmup_steps} + "
-                            f"{decay} decay steps (train.decay_fraction={r.decay_fraction} of "
-                            f"train.num_steps={r.num_steps}) exceed num_steps; lower "
-                            f"warmup_steps or decay_fraction, or raise num_steps")
+                            f"{decay} decay steps ({given}) exceed num_steps={r.num_steps}; "
+                            f"lower warmup_steps or the decay, or raise num_steps")
     if r.batch_size % r.microbatches:
         raise KjaxError(f"train.microbatches={r.microbatches} does not divide train.batch_size="
                         f"{r.batch_size}; give a divisor of the batch (each microbatch holds "
                         f"batch_size / microbatches examples)")
+    check_ramp(c)
 
 
 def validate_mesh(c) -> None:

@@ -16,6 +16,9 @@ run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]
   import (`parent_imported_from`, from the parent's import.json), and the
   parent's own lineage.
 
+A decay branch (`init.mode=continue`, kjax/pretrain/branch.py) continues the
+parent's run instead: its step counter, optimizer, data position and schedule.
+
 A config may list its phases (`phases`): one `kjax train` runs them in order
 in WORKDIR/phases/NAME, each from the last checkpoint of the one before, and
 the same command again continues the phase it was in.
@@ -38,6 +41,7 @@ from kjax.config.recorded import workdir_of
 from kjax.errors import KjaxError
 from kjax.pretrain import run_folder
 from kjax.train import ema
+from kjax.train.optimizers import with_schedule_count
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
 LINEAGE = "lineage.json"
@@ -72,6 +76,8 @@ def describe(lineage: dict | None) -> str:
         return (f"the average of {len(sources)} checkpoints' {lineage['weights']}: " +
                 ", ".join(f"{s['run']} at step {s['step']}" for s in sources))
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
+    if lineage.get("init", {}).get("mode") == "continue":   # kjax/pretrain/branch.py
+        text += ", continuing its run (a decay branch)"
     source = lineage.get("parent_imported_from")
     if isinstance(source, dict):   # an ELECTRA pair
         source = " --generator ".join(str(v) for v in source.values())
@@ -171,7 +177,11 @@ def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, lis
 
 
 def kept_optimizer(state, pstate, pconfig, config, parent: str):
-    """The parent's optimizer state (init.optimizer=keep): same optimizer, same shapes."""
+    """The parent's optimizer state (init.optimizer=keep): same optimizer, same
+    shapes; its moments as they are, its schedule's clock at 0, so the phase
+    runs its own schedule from step 0 (optax counts the updates an optimizer
+    state has made: kept as is, the phase would apply its schedule at the
+    parent's step count plus its own)."""
     if pconfig.train.optimizer != config.train.optimizer:
         raise KjaxError(f"init.optimizer=keep: {parent} trained with train.optimizer="
                         f"{pconfig.train.optimizer!r}, this run with "
@@ -183,7 +193,7 @@ def kept_optimizer(state, pstate, pconfig, config, parent: str):
         raise KjaxError(f"init.optimizer=keep: the optimizer state of {parent} does not fit "
                         f"this model (a grown position table, another optimizer setting); "
                         f"set --config.init.optimizer=fresh")
-    return pstate["opt_state"]
+    return with_schedule_count(pstate["opt_state"], 0)
 
 
 def phase_configs(config) -> list[tuple[str, object]]:

@@ -27,7 +27,7 @@ SAME_NUMBERS = (
     "train.keep_checkpoints", "train.peak_flops", "train.prefetch", "train.loader_workers",
     "train.profile_steps", "train.microbatches", "model.attention_impl",
     "model.attention_tiles", "model.remat_policy", "model.scan_unroll", "init.from_run",
-    "init.optimizer", "init.new_positions", "init.weights",
+    "init.optimizer", "init.new_positions", "init.weights", "init.mode",
 )
 
 
@@ -65,9 +65,8 @@ def check_resume(config, recorded, workdir: str, step: int | None) -> list[str]:
 
 
 def _check_new_length(config, recorded, workdir: str, step: int) -> None:
-    from kjax.train.schedules import learning_rate_schedule
-    old = float(learning_rate_schedule(recorded.train)(step))
-    new = float(learning_rate_schedule(config.train)(step))
+    from kjax.train.schedules import rate_jump
+    jump = rate_jump(recorded.train, config.train, step)
     if step > config.train.num_steps:
         raise KjaxError(f"train.num_steps={config.train.num_steps}, but {workdir} has trained "
                         f"to step {step} already; give a num_steps of at least {step}")
@@ -77,11 +76,11 @@ def _check_new_length(config, recorded, workdir: str, step: int) -> None:
                         f"would stretch the mask-rate schedule of {workdir} (data.mask_schedule="
                         f"{config.data.mask_schedule!r} runs over num_steps); set "
                         f"--config.data.mask_schedule_steps={recorded.train.num_steps} to keep it")
-    if abs(new - old) > 1e-6 * max(abs(old), 1e-12):
+    if jump:
         raise KjaxError(
             f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} would move "
-            f"the learning rate of {workdir} at step {step} from {old:.3g} to {new:.3g} (its "
-            f"{config.train.schedule} schedule is laid over num_steps); to train longer, start "
+            f"the learning rate of {workdir} at step {step} from {jump[0]:.3g} to "
+            f"{jump[1]:.3g} (its {config.train.schedule} schedule is laid over num_steps); to train longer, start "
             f"a new phase from it (`kjax train --config ... --workdir NEW_WORKDIR --init-from "
             f"{workdir}`, its own warmup), or plan the run with train.schedule=constant or wsd, "
             f"whose length may change while the learning rate is stable")

@@ -6,7 +6,9 @@
 
 1. its paths: data.dir and init.from_run absolute, the files the run keeps
    in its folder (the tokenizer, knowledge resources) its folder's copies
-   once it has them (kjax/pretrain/run_folder.py);
+   once it has them (kjax/pretrain/run_folder.py); a decay branch's
+   `train.decay_steps` (kjax/pretrain/branch.py `resolve`: 0 under wsd is the
+   steps after its parent's);
 2. the resume policy (resume_policy.py) checks it against the config the
    workdir recorded: a change that alters the run is refused in one line;
 3. every `auto` key takes the recorded value, else the platform's
@@ -31,11 +33,12 @@ import jax
 from ml_collections import FrozenConfigDict
 
 from kjax.config import platform_defaults
+from kjax.config.batch_ramp import ramp_of, stage_config
 from kjax.config.load import copy_of
 from kjax.config.recorded import note, recorded_config_path
 from kjax.model.arch import architecture
 from kjax.model.attention_core import tiles_for_steps
-from kjax.pretrain import aot, run_folder
+from kjax.pretrain import aot, branch, run_folder
 from kjax.pretrain.resume_policy import check_resume
 
 READ = object()   # resolve_run's `recorded` default: read it from the workdir
@@ -51,6 +54,7 @@ def resolve_run(config, workdir: str, last_step: int | None = None,
     c = copy_of(config)
     run_folder.absolute(c)
     run_folder.use_kept_files(c, recorded)
+    branch.resolve(c, workdir)   # a decay branch's decay_steps (kjax/pretrain/branch.py)
     before = None if recorded is None else recorded.config
     for passing in check_resume(c, before, workdir, last_step):   # or one line
         note(f"resuming {workdir} with {passing} (the run's numbers stay as they are)")
@@ -78,11 +82,13 @@ def run_tiles(config, devices=None) -> dict[str, str]:
     traced against abstract state on `devices` (default this host's; nothing
     runs), the calls read from the traces, their tiles chosen once the traces
     have closed (the config's, the card's cache, else a timing on a GPU);
-    {} without a trace where no call can reach the kernel."""
+    {} without a trace where no call can reach the kernel. A batch ramp's
+    stages are steps of their own (a call's signature holds its batch)."""
     devices = devices or jax.devices()
-    steps = ["train"] + (["eval"] if config.train.eval_every else [])
+    steps = [(config, "train")] + ([(config, "eval")] if config.train.eval_every else []) + \
+        [(stage_config(config, s), "train") for s in ramp_of(config).stages[:-1]]
     return tiles_for_steps(config.model,
-                           lambda: [aot.trace(config, devices, step).jaxpr for step in steps])
+                           lambda: [aot.trace(c, devices, step).jaxpr for c, step in steps])
 
 
 def _note_kept(config, recorded, workdir: str) -> None:

@@ -34,7 +34,7 @@ from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
 from kjax.config.recorded import flush_notes
-from kjax.pretrain import mixture, phases
+from kjax.pretrain import branch, mixture, phases
 from kjax.pretrain.run_folder import record_run
 from kjax.pretrain.run_load import Run, training_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
@@ -42,10 +42,11 @@ from kjax.train.goodput import Goodput
 from kjax.train.metrics import MetricWriter, plot_loss_curve
 from kjax.train.peak_flops import peak_flops
 from kjax.train.profiler import StepProfiler
+from kjax.train.stage_steps import StageSteps
 from kjax.train.stream_meter import StreamMeter
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
-from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
-                             objective_weights, summarize_eval)
+from kjax.train.step import (flops_per_example, make_eval_step, objective_weights,
+                             summarize_eval)
 
 
 def check_data(config) -> dict:
@@ -125,6 +126,11 @@ class Session:
         with goodput.timed("checkpoint"):
             found = restore_newest(self.checkpoints, target, move_damaged=True)
         if found is None:
+            if branch.continuing(self.config):   # a decay branch: the parent's run, continued
+                state, data_state, self.lineage = branch.continue_from_parent(
+                    self.config, self.mesh, self.train_model, self.tx, shardings,
+                    branch.branch_start(self.config, self.workdir), self.parent)
+                return state, shardings, data_state
             if self.config.init.from_run:   # a new phase: another run's parameters
                 state, self.lineage = phases.init_from_parent(
                     self.config, self.mesh, self.train_model, self.tx, shardings, self.parent)
@@ -201,12 +207,13 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     meter = StreamMeter(c, s.mesh, data_state)   # masked share, a mixture's counters
     if data_state is not None:
         iterator.set_state(meter.iterator_state(data_state))
-    train_step = make_train_step(c, s.mesh, s.train_model, s.tx, shardings)
+    # one compiled step per batch-ramp stage (kjax/train/stage_steps.py)
+    steps = StageSteps(c, s.mesh, s.train_model, s.tx, shardings)
+    steps.check_position(start, iterator)
     eval_step = make_eval_step(c, s.mesh, s.eval_model, shardings["params"])
-    step_flops = flops_per_example(c.model, c.data.max_seq_len,
-                                   c.data.max_predictions_per_seq) * t.batch_size
+    example_flops = flops_per_example(c.model, c.data.max_seq_len,
+                                      c.data.max_predictions_per_seq)
     peak, peak_source = peak_flops(c)
-    tokens_per_step = t.batch_size * c.data.max_seq_len
     preempted = PreemptionCheck(s.mesh, stop)
     # The bar counts steps whose result exists (not steps dispatched ahead of
     # the device): `done` advances it as their losses become ready, and a log
@@ -222,7 +229,7 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     processes_meet("train_loop")   # the first step's collectives find every process there
     last = {"step": start}
     goodput.start_loop(start)
-    window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+    window_start, window_steps, window_examples, data_wait = time.perf_counter(), 0, 0, 0.0
     profiler = StepProfiler(c, logs, start, workdir, bar)   # train.profile_steps
     try:
         for step in range(start + 1, t.num_steps + 1):
@@ -231,21 +238,25 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
             with goodput.timed("data_wait"):
                 batch = meter.take(put_batch(next(iterator), s.mesh))
             data_wait += time.perf_counter() - fetch_start
+            stage, train_step = steps(step)
             state, metrics = train_step(state, batch)
             window_start += profiler.end(step, (state, metrics))  # writing a trace: not step time
             s.checkpoints.check_for_errors()  # a failed background write: stop now, in one line
-            window_steps += 1
+            window_steps, window_examples = window_steps + 1, window_examples + stage.batch_size
             dispatched.append(metrics["loss"])
             done(wait=False)
             if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
                 done(wait=True)
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 m.update(meter.metrics(batch, step))
+                m.update(steps.logged(step))   # a ramp's batch and tokens so far
                 elapsed = time.perf_counter() - window_start
                 step_time = elapsed / window_steps
-                m.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time,
+                # the window's examples: a ramp's stages hold different batches
+                m.update(step_time=step_time,
+                         tokens_per_sec=window_examples * c.data.max_seq_len / elapsed,
                          data_wait_fraction=data_wait / elapsed,
-                         mfu=step_flops / step_time / peak)
+                         mfu=example_flops * window_examples / elapsed / peak)
                 if step == start + 1:
                     m["compile_and_first_step_time"] = m.pop("step_time")
                     m.pop("tokens_per_sec"), m.pop("mfu")
@@ -253,7 +264,8 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 goodput.save(step)
                 bar.update(0, loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
                 last = {"step": step, **m}
-                window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+                window_start, window_steps, window_examples, data_wait = \
+                    time.perf_counter(), 0, 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
                 record_run(c, workdir, s.recorded)   # WORKDIR/kjax_config.py, its files kept
                 if s.lineage:                   # a phase: where its parameters came from
