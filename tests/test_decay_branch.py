@@ -314,3 +314,34 @@ def test_init_from_and_decay_from_together_are_one_line(parent, tmp_path, capsys
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err == ["kjax: error: give --init-from (a new phase) or --decay-from (a decay "
                    "branch), not both"]
+
+
+@pytest.mark.slow
+def test_a_parent_with_everything_killed_mid_ramp_resumes_and_branches_bit_exactly(
+        prepared, tmp_path):
+    """The parent itself (mixture, mask schedule, batch ramp, EMA, wsd) killed
+    with SIGKILL while saving step 3 — step 2 committed, mid-ramp — and run
+    again ends, and logs steps 1-6, as the parent never killed; a decay
+    branch of each from step 4 then ends bit-identical too."""
+    parent_argv = ["train", "--config", DEMO_CONFIG,
+                   *tiny_overrides(str(prepared), **everything(prepared, **{"train.num_steps": 6}))]
+    from kjax.cli import main
+    straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+    assert main([*parent_argv, "--workdir", straight]) == 0
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
+    died = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"),
+                           "3", *parent_argv, "--workdir", killed], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert died.returncode == -9, died.stderr[-2000:]
+    assert {"1", "2"} <= set(os.listdir(os.path.join(killed, "checkpoints")))
+    assert "3" not in os.listdir(os.path.join(killed, "checkpoints"))
+    assert main([*parent_argv, "--workdir", killed]) == 0
+    config = tiny_config(prepared, **everything(prepared, **{"train.num_steps": 6}))
+    assert_same_run(config, straight, killed, range(1, 7))
+    assert [rows_of(killed)[s]["batch_size"] for s in range(1, 7)] == [8, 8, 16, 16, 32, 32]
+    anneal = {**everything(prepared), "train.num_steps": 6, "train.decay_steps": 2}
+    for parent in (straight, killed):
+        assert main(["train", "--config", DEMO_CONFIG, "--decay-from",
+                     f"{parent}/checkpoints/4", "--workdir", parent + "-branch",
+                     *tiny_overrides(str(prepared), **anneal)]) == 0
+    assert_same_run(tiny_config(prepared, **anneal), straight + "-branch", killed + "-branch", (5, 6))
