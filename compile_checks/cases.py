@@ -17,7 +17,7 @@ MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "roberta_base",
           "mbert_b", "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r",
           "uknowbert_w", "roberta_small_shake", "shake_baseline", "shake_pos_plus",
           "shake_pos_minus", "shake_random", "shake_shared_position", "shake_merged",
-          "modern_small", "modern_base", "electra_small", "electra_base"]
+          "modern_small", "modern_base", "modern_2026", "electra_small", "electra_base"]
 # (preset, topology, overrides, what the case adds, whether XLA must accept it):
 # the slice presets on their slices, every model preset on a v3-8 (the
 # smallest slice the thesis used) but bert_large_lamb (on the v3-32 its batch
@@ -41,6 +41,15 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
              ("bert_base_phases", "v3-8", ["phase=seq512"],
               "phase 2: 512 tokens, batch 256 in 2 microbatches", True),
              ("modern_base", "v3-8", ["phase=extend8192"], "phase 2: 8192 tokens, batch 32",
+              True),
+             # the 2026 recipe: each batch-ramp stage and phase that compiles its own program
+             ("modern_2026", "v3-8", ["phase=stable1024", "train.batch_ramp=()",
+                                      "train.batch_size=64"], "ramp stage 1: batch 64", True),
+             ("modern_2026", "v3-8", ["phase=stable1024", "train.batch_ramp=()",
+                                      "train.batch_size=128"], "ramp stage 2: batch 128", True),
+             ("modern_2026", "v3-8", ["phase=extend8192"],
+              "phase 2: 8192 tokens, batch 32 in 2 microbatches", True),
+             ("modern_2026", "v3-8", ["phase=decay8192"], "phase 3: the 1 − √ decay, EMA",
               True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
 

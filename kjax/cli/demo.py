@@ -7,6 +7,7 @@ import dataclasses
 import time
 from typing import Callable
 
+from kjax.cli.demo_recipe import recipe_keys, show_recipe
 from kjax.errors import KjaxError
 
 
@@ -32,6 +33,11 @@ def register(verbs, add_config) -> None:
                       "as wide learns MLM, the discriminator tells its samples from the text "
                       "(kjax/model/electra.py); ends with the generator's fill-mask and the "
                       "discriminator's held-out accuracy")
+    demo.add_argument("--recipe", action="store_true",
+                      help="the 2026 recipe (tpu_configs/modern_2026.py) at demo size: two "
+                      "embedded corpora as a mixture, three phases masking 30/15/5 %%, a "
+                      "batch ramp, EMA, the 1 − √ decay as a decay branch; prints each "
+                      "phase's realised mask share and examples by source")
     demo.set_defaults(handler=run, before_load=demo_args, distributed=True)
 
 
@@ -40,8 +46,21 @@ def demo_args(args) -> None:
     if args.electra and args.arch:
         raise KjaxError(f"demo --electra is --arch electra: drop --arch {args.arch}")
     arch = "electra" if args.electra else args.arch
+    if args.recipe:
+        if args.scheme or args.uknowbert or arch:
+            raise KjaxError("demo --recipe is the modern recipe on sentencepiece tokens: drop "
+                            "--scheme, --uknowbert, --arch and --electra")
+        args.overrides = [*recipe_overrides(), *args.overrides]
+        args.workdir = args.workdir or "runs/demo_recipe"
+        return
     args.overrides = [*demo_overrides(args.scheme, args.uknowbert, arch), *args.overrides]
     args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, arch)
+
+
+def recipe_overrides() -> list[str]:
+    """`kjax demo --recipe`: the modern demo's keys, then the recipe's."""
+    keys = {**CLASSIC_DEMO, **modern_demo(), **recipe_keys()}
+    return [f"--config.{k}={v}" for k, v in keys.items()]
 
 
 def run(args, config) -> int:
@@ -198,11 +217,14 @@ def run_demo(config, workdir: str) -> None:
         print(f"[0/3] {workdir} holds this demo's run: continuing it (pass another --workdir "
               f"to start a new one)")
     print(f"[1/3] {config.tokenizer.scheme} tokenizer {path} ({vocab} tokens) {summary}")
-    meta = prepare(config)
-    print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
-          f"in {config.data.dir} ({meta['chunks_reused']} of {meta['chunks']} chunks reused)")
+    prepared = prepare(config)
+    for name, meta in (prepared.items() if config.data.sources else [("", prepared)]):
+        print(f"[2/3] {meta['train_examples']} train / {meta['eval_examples']} eval examples "
+              f"in {config.data.dir}{'/' + name if name else ''} "
+              f"({meta['chunks_reused']} of {meta['chunks']} chunks reused)")
     result = train(config, workdir)
-    curve = [r for r in read_run_metrics(workdir) if r["split"] == "train"]
+    run_dir = result.get("phase_workdir", workdir)   # a run in phases: its last phase
+    curve = [r for r in read_run_metrics(run_dir) if r["split"] == "train"]
     print("[3/3] training loss (all objectives) by step:")
     for r in curve:
         heads = "  ".join(f"{short} {r[key]:.3f}" for key, short in DEMO_HEADS if key in r)
@@ -214,15 +236,17 @@ def run_demo(config, workdir: str) -> None:
               f"(vs {result['peak_source']})")
     if "message" in result:
         print(f"{workdir}: {result['message']}")
-    print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
+    print(f"checkpoints in {run_dir}/checkpoints, curve {result.get('loss_curve')}")
+    if config.phases:
+        show_recipe(workdir)
     arch = architecture(config)
     if arch.fill_mask_head:
         print(f"{arch.title}: the fill-mask answers below are the {arch.fill_mask_head}'s "
               f"(its MLM head)")
     from kjax.config import platform_defaults
     # as `kjax fill-mask` builds it
-    show_fill_mask(platform_defaults.resolved(config, keys=arch.auto_keys), workdir)
-    show_discriminator(workdir)
+    show_fill_mask(platform_defaults.resolved(config, keys=arch.auto_keys), run_dir)
+    show_discriminator(run_dir)
     print(f"demo took {time.time() - start:.0f} s")
 
 
