@@ -48,6 +48,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
     from compile_checks import ptx as ptx_checks
     from compile_checks.hlo import scatter_findings
     from kjax.pretrain.aot import peak_bytes
+    from kjax.pretrain.collectives import summary
     ptxas = ptx_checks.find_ptxas() if pallas else None
     if pallas and ptxas is None:
         return {"compiled": False, "seconds": 0.0,
@@ -66,7 +67,8 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
     return {"compiled": True, "error": "", "seconds": round(seconds, 1), "cpu_s": round(cpu_s, 1),
             "arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
             "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
-            "peak": peak_bytes(m), "hlo_findings": scatter_findings(text),
+            "peak": peak_bytes(m), "collectives": summary(text),
+            "hlo_findings": scatter_findings(text),
             "cudnn_attention": "__cudnn$fmha" in text,
             "kernels": kernels, "ptx_findings": ptx_checks.findings(kernels)}
 

@@ -113,7 +113,8 @@ def tpu_table(entries: dict, cases=TPU_CASES) -> list[str]:
              f"device; \"compile s\" is the wall time of the compile that was recorded, "
              f"\"CPU s\" its process's CPU time (all threads):", "",
              "| preset / change | topology (hosts) | batch | compile s | CPU s | arguments GiB "
-             "| temporaries GiB | peak GiB | HBM GiB | fits |", "|---" * 10 + "|"]
+             "| temporaries GiB | peak GiB | HBM GiB | all-reduce / all-gather / reduce-scatter "
+             "MiB a step | fits |", "|---" * 11 + "|"]
     for (preset, topology, _, note, _), entry in rows:
         v = entry["verdict"]
         _, hosts, _, hbm = _slice(topology)
@@ -125,8 +126,19 @@ def tpu_table(entries: dict, cases=TPU_CASES) -> list[str]:
             verdict += f" (the program of {v['same_as']}: not compiled again)"
         lines.append(f"| {change} | {topology} ({hosts}) | {v['batch_size']} | "
                      f"{v['seconds']:.0f} | {v['cpu_s']:.0f} | {' | '.join(memory)} | {hbm} | "
-                     f"{verdict} |")
+                     f"{collectives_cell(v)} | {verdict} |")
     return lines
+
+
+def collectives_cell(v: dict) -> str:
+    """A step's collectives per device in MiB (kjax/pretrain/collectives.py),
+    and what of it runs inside loops; — when not recorded or not compiled."""
+    c = v.get("collectives")
+    if not c or not v.get("fits", v.get("compiled")):
+        return "—"
+    cell = " / ".join(f"{c.get(k, 0) / (1 << 20):.0f}"
+                      for k in ("all-reduce", "all-gather", "reduce-scatter"))
+    return cell + (f" ({c['in_loops'] / (1 << 20):.0f} in loops)" if c.get("in_loops") else "")
 
 
 def checks_cell(v: dict) -> str:

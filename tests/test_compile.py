@@ -261,3 +261,22 @@ def test_fit_batch_names_the_accumulation_that_fits(tmp_path, monkeypatch):
     assert found == {"microbatches": 4, "microbatches_fit": True, "microbatches_peak": 16007}
     assert calls[-1] == 4   # the split was compiled, not assumed
     assert "--config.train.microbatches=4" in fit.advice(config, first, largest, 4)
+
+
+@pytest.mark.slow
+def test_loop_counted_cost_counts_every_microbatch(tmp_path):
+    """XLA counts the microbatch loop's body once too: an accumulated step is
+    costed from 1 and 2 microbatches (their loop unrolled) with 1 and 2
+    layers, and comes to what the same batch costs in one pass."""
+    import jax
+    devices = jax.devices()
+    shape = {"model.num_layers": 3, "model.scan_layers": True, "train.batch_size": 64,
+             "model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0}
+    whole_cfg = tiny_config(tmp_path, **shape)
+    whole = aot.loop_counted_cost(whole_cfg, devices, aot.compile_step(whole_cfg, devices))
+    split_cfg = tiny_config(tmp_path, **shape, **{"train.microbatches": 4})
+    split = aot.compile_step(split_cfg, devices)
+    flops, bytes_accessed, seconds = aot.loop_counted_cost(split_cfg, devices, split)
+    assert split.flops < 0.5 * whole[0] and seconds > 0     # the loop's body counted once
+    assert flops == pytest.approx(whole[0], rel=0.03)
+    assert split.collectives["in_loops"] == 0               # one reduction, after the loop

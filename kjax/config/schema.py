@@ -249,6 +249,18 @@ MESH = {
     "fsdp": at_least(1, 1, "FSDP axis size (-1: the devices left)", special=(-1,)),
     "tensor": at_least(1, 1, "tensor-parallel axis size (-1: the devices left)", special=(-1,)),
     "rules": Key(LOGICAL_RULES, "logical axis → mesh axes, e.g. ('embed', 'fsdp')"),
+    "shard_update": Key(True, "ZeRO over mesh.data: the parameters' fp32 master copy and the "
+                        "optimizer state are kept sliced over the data axis; a step all-gathers "
+                        "the parameters once, reduce-scatters the gradients once and each device "
+                        "updates its slice (kjax/train/accumulation.py): the update's HBM traffic "
+                        "and the state's memory ÷ mesh.data, the same numbers; false: "
+                        "replicated, every device updating all of them. A resume may change it"),
+    "fsdp_gather": Key("step", "with mesh.fsdp > 1 and train.microbatches > 1: step gathers "
+                       "the parameters once a step and sums unsharded fp32 gradients, "
+                       "reduce-scattered once (the memory of unsharded parameters and "
+                       "gradients); microbatch gathers them and reduce-scatters the gradients "
+                       "every microbatch (FSDP's memory, k times its communication)",
+                       choices=("step", "microbatch")),
 }
 
 FINETUNE_SHAKE = {

@@ -13,16 +13,23 @@ what `fits` reports.
 
 Memory per device comes from the compiled program (`memory_analysis`):
 arguments (the sharded state and batch), temporaries, outputs not aliased
-to donated arguments. The roofline step time is the larger of kjax's FLOP
-count (kjax.train.step.flops_per_example) over the chip's peak and the
-compiled program's HBM bytes over its bandwidth. XLA's cost analysis counts
-a while loop's body once, so a scanned encoder (model.scan_layers) is
-costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same step with 1 and 2
-unrolled layers (two more compiles, each smaller than the step itself;
-the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step).
+to donated arguments. What a step communicates per device comes from the
+optimized HLO (kjax/pretrain/collectives.py: every collective, each loop's
+trip count). The roofline step time is the largest of kjax's FLOP count
+(kjax.train.step.flops_per_example) over the chip's peak, the compiled
+program's HBM bytes over its bandwidth, and the bytes its collectives put
+through each device's links over the interconnect's (topology.py). XLA's
+cost analysis counts a while loop's body once, so a scanned encoder
+(model.scan_layers) is costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same
+step with 1 and 2 unrolled layers (two more compiles, each smaller than the
+step itself; the layer's AdamW update is in U₂ − U₁ as it is in the
+unrolled step), and an accumulated step (k microbatches) likewise from 1
+and 2 microbatches, their loop unrolled: bilinear in (layers, microbatches),
+four compiles when both loops are there.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -33,6 +40,8 @@ from kjax.batches.synthetic import batch_shapes
 from kjax.config import platform_defaults
 from kjax.config.platform import lowering_for
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
+from kjax.pretrain import collectives as comm
+from kjax.train import accumulation
 
 GIB = 1 << 30
 OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds.*memory|out of memory", re.I)
@@ -54,6 +63,8 @@ class StepCompile:
     bytes_accessed: float = 0.0
     error: str = ""           # XLA's verdict when it does not fit
     same_as: str = ""         # a cached compile of the same program (compile_step's cache)
+    # bytes a step moves per device, per kind of collective (collectives.summary)
+    collectives: dict = dataclasses.field(default_factory=dict)
 
 
 def with_overrides(config, **keys):
@@ -153,7 +164,8 @@ def _compile(lowered, config, step: str, start: float) -> StepCompile:
     flops, bytes_accessed = _cost(compiled)
     return StepCompile(step, config.train.batch_size, seconds, True,
                        m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
-                       m.temp_size_in_bytes, peak_bytes(m), flops, bytes_accessed)
+                       m.temp_size_in_bytes, peak_bytes(m), flops, bytes_accessed,
+                       collectives=comm.summary(compiled.as_text()))
 
 
 def peak_bytes(memory) -> int:
@@ -178,35 +190,71 @@ def batch_shards(config, num_devices: int) -> int:
 
 
 def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
-    """(FLOPs, HBM bytes) per device of one train step with every layer
-    counted, and the seconds the extra compiles took (0: none needed)."""
-    m = config.model
-    if m.get("arch", "bert") != "bert" or not m.scan_layers or m.num_layers < 2:
+    """(FLOPs, HBM bytes) per device of one train step with every layer and
+    every microbatch counted, and the seconds the extra compiles took (0:
+    none needed)."""
+    m, k = config.model, config.train.microbatches
+    scanned_layers = m.get("arch", "bert") == "bert" and m.scan_layers and m.num_layers >= 2
+    if not scanned_layers and k == 1:
         return scanned.flops, scanned.bytes_accessed, 0.0
-    one, two = (compile_step(with_overrides(config, **{"model.num_layers": n,
-                                                       "model.scan_layers": False}), devices)
-                for n in (1, 2))
-    seconds = one.seconds + two.seconds
-    if not (one.fits and two.fits):
+    cost = {}
+    for layers in (1, 2) if scanned_layers else (m.num_layers,):
+        for micro in (1, 2) if k > 1 else (1,):
+            keys = {"model.num_layers": layers, "model.scan_layers": False} \
+                if scanned_layers else {}
+            if k > 1:   # microbatches of the same size, their loop unrolled
+                keys.update({"train.microbatches": micro,
+                             "train.batch_size": config.train.batch_size // k * micro})
+            with accumulation.unrolled() if k > 1 else contextlib.nullcontext():
+                cost[layers, micro] = compile_step(with_overrides(config, **keys), devices)
+    seconds = sum(c.seconds for c in cost.values())
+    if not all(c.fits for c in cost.values()):
         return scanned.flops, scanned.bytes_accessed, seconds
-    more = m.num_layers - 1   # a layer: forward, backward and its AdamW update
-    return (one.flops + more * (two.flops - one.flops),
-            one.bytes_accessed + more * (two.bytes_accessed - one.bytes_accessed), seconds)
+    # bilinear in (layers, microbatches): a layer's forward and backward run
+    # per microbatch, its update once; the embeddings' and heads' likewise
+    more_l = m.num_layers - 1 if scanned_layers else 0
+    more_k = k - 1
+
+    def total(field):
+        f = {key: getattr(c, field) for key, c in cost.items()}
+        at = lambda l, j: f.get((l if scanned_layers else m.num_layers, j))  # noqa: E731
+        out = at(1, 1)
+        if more_l:
+            out += more_l * (at(2, 1) - at(1, 1))
+        if more_k:
+            out += more_k * (at(1, 2) - at(1, 1))
+        if more_l and more_k:
+            out += more_l * more_k * (at(2, 2) - at(2, 1) - at(1, 2) + at(1, 1))
+        return out
+    return total("flops"), total("bytes_accessed"), seconds
 
 
 def roofline(config, num_devices: int, peak_flops: float, hbm_bytes_per_s: float,
-             xla_bytes: float) -> dict:
-    """Step time bounds per device and the MFU they allow (kjax's FLOPs)."""
+             xla_bytes: float, wire_bytes: float = 0.0, ici_bytes_per_s: float | None = None
+             ) -> dict:
+    """Step time bounds per device and the MFU they allow (kjax's FLOPs):
+    compute, HBM traffic and the collectives' bytes on the device's links."""
     from kjax.train.step import flops_per_example
     d = config.data
     flops = flops_per_example(config.model, d.max_seq_len, d.max_predictions_per_seq) \
         * config.train.batch_size / num_devices
     compute, memory = flops / peak_flops, xla_bytes / hbm_bytes_per_s
-    step = max(compute, memory)
-    return {"model_flops": flops, "compute_s": compute, "memory_s": memory, "step_s": step,
-            "bound": "compute" if compute >= memory else "memory",
+    communication = wire_bytes / ici_bytes_per_s if ici_bytes_per_s else 0.0
+    bounds = {"compute": compute, "memory": memory, "communication": communication}
+    step = max(bounds.values())
+    return {"model_flops": flops, "compute_s": compute, "memory_s": memory,
+            "communication_s": communication, "step_s": step,
+            "bound": max(bounds, key=bounds.get),
             "mfu": flops / (step * peak_flops) if step else 0.0,
             "tokens_per_s": config.train.batch_size * d.max_seq_len / step if step else 0.0}
+
+
+def interconnect(topology_text: str) -> float | None:
+    """Interconnect bytes/s per device of a TPU slice (None: `local`)."""
+    if topology_text.strip().lower() == "local":
+        return None
+    from kjax.parallel.topology import parse_topology
+    return parse_topology(topology_text).chip.ici_bytes_per_s
 
 
 def target_devices(topology_text: str):
