@@ -29,10 +29,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only c
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
 from compile_checks import figures  # noqa: E402  (no jax)
-from compile_checks.cases import GPU_CASES as CASES, gpu_case_id  # noqa: E402
+from compile_checks.cases import GPU_CASES as CASES, gpu_case_id, gpus  # noqa: E402
 from compile_checks.record import MODES, Record  # noqa: E402
-from compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
-                                         device_memory, h100_target)
+from compile_checks.targets import (device_memory, h100_target,  # noqa: E402
+                                    h100_topology)
 
 GIB = 1 << 30
 PALLAS_KERNELS = "shake_flash"   # kjax/model/flash/attention.py's kernels, as XLA names them
@@ -74,23 +74,34 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
 
 
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
+    """Lower, then the recorded verdict or a compile (compile_record.settle); a
+    compiled step whose collectives move more bytes than its recorded entry's
+    fails (kjax/pretrain/collectives.py grew)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
     from compile_checks import record as cr
     from kjax.pretrain import aot
+    from kjax.pretrain.collectives import grew
     config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
     start = time.perf_counter()
     lowered = aot.lower(config, devices)
     lower_s = time.perf_counter() - start
-    case, program = cr.case_id("gpu", preset, TOPOLOGY, overrides), cr.program_hash(lowered)
+    topology = h100_topology(len(devices))
+    case, program = cr.case_id("gpu", preset, topology, overrides), cr.program_hash(lowered)
     versions = cr.compiler_versions("gpu", target_text)
     pallas = "model.attention_impl=flash" in overrides
     verdict, status, failure = cr.settle(record, case, program, versions, mode,
                                          lambda: compile_verdict(lowered, pallas))
+    before = record.entries.get(case, {}).get("verdict", {}).get("collectives")
+    grown = grew(before, verdict.get("collectives", {})) if status == "compiled" and before \
+        else []
+    if grown:
+        failure = "; ".join(filter(None, [failure, f"{case}: its collectives grew ("
+                                          f"{', '.join(grown)} a step per device)"]))
     return {"verdict": verdict, "status": status, "failure": failure, "lower_s": lower_s,
-            "entry": cr.make_entry(case, preset, TOPOLOGY, overrides, program, versions,
+            "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
                                    verdict, time.strftime("%Y-%m-%d"))}
 
 
@@ -101,14 +112,14 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     if not v["compiled"]:
         failures.append(f"{preset}: XLA did not compile it: {v['error']}")
         return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | | | | | "
-                f"**not compiled**{status} | |", failures)
+                f"| **not compiled**{status} | |", failures)
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
     failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
     checks = figures.checks_cell(v)
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
-            f"{memory / GIB:.0f} | {checks}{status} | "
+            f"{memory / GIB:.0f} | {figures.collectives_cell(v)} | {checks}{status} | "
             f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |", failures)
 
 
@@ -135,20 +146,22 @@ def main() -> int:
     from compile_checks.record import without_locations
     from compile_checks.targets import h100_devices
     try:
-        devices = h100_devices(target_text)
+        devices = {n: h100_devices(target_text, n) for n in sorted({gpus(c) for c in cases})}
     except Exception as e:  # noqa: BLE001 - no plugin: jax raises several kinds
         print(f"gpu-check: no CUDA compiler ({' '.join(str(e).split())[:160]}); run it in its "
               f"venv: `make gpu-check`", file=sys.stderr)
         return 2
     print("| preset | seq × batch | lower s | compile s | arguments GiB | temporaries GiB | "
-          "peak GiB | HBM GiB | HLO checks | attention |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "peak GiB | HBM GiB | AR / AG / RS MiB | HLO checks | attention |")
+    print("|---" * 11 + "|")
     failed, recorded = [], 0
     with without_locations():
-        for preset, overrides, shape in cases:
-            print(f"  {preset} {' '.join(overrides)} for the H100 ...", file=sys.stderr,
-                  flush=True)
-            report = run_case(preset, overrides, devices, target_text, record, args.record)
+        for case in cases:
+            preset, overrides, shape = case[:3]
+            print(f"  {preset} {' '.join(overrides)} for {gpus(case)} H100 ...",
+                  file=sys.stderr, flush=True)
+            report = run_case(preset, overrides, devices[gpus(case)], target_text, record,
+                              args.record)
             text, failures = row(preset, shape, report, memory)
             print(text, flush=True)
             failed += failures

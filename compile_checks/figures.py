@@ -159,16 +159,17 @@ def gpu_table(entries: dict, memory: int, cases=GPU_CASES) -> list[str]:
              f"nvidia-cuda-nvcc's); \"compile s\" is the wall time of the compile that was "
              f"recorded, \"CPU s\" its process's CPU time:", "",
              "| preset | seq × batch | compile s | CPU s | arguments GiB | temporaries GiB | "
-             "peak GiB | HBM GiB | HLO checks | attention |", "|---" * 10 + "|"]
-    for (preset, _, label), entry in rows:
+             "peak GiB | HBM GiB | all-reduce / all-gather / reduce-scatter MiB a step | "
+             "HLO checks | attention |", "|---" * 11 + "|"]
+    for (preset, _, label, *_), entry in rows:
         v = entry["verdict"]
         if not v["compiled"]:
             lines.append(f"| {preset} | {label} | {v['seconds']:.0f} | | | | | "
-                         f"{memory // GIB} | **not compiled**: {v['error'][:120]} | |")
+                         f"{memory // GIB} | — | **not compiled**: {v['error'][:120]} | |")
             continue
         lines.append(f"| {preset} | {label} | {v['seconds']:.0f} | {v.get('cpu_s', 0):.0f} | "
                      f"{gib(v['arguments'])} | {gib(v['temporaries'])} | {gib(v['peak'])} | "
-                     f"{memory // GIB} | {checks_cell(v)} | "
+                     f"{memory // GIB} | {collectives_cell(v)} | {checks_cell(v)} | "
                      f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |")
     return lines
 

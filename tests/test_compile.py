@@ -280,3 +280,19 @@ def test_loop_counted_cost_counts_every_microbatch(tmp_path):
     assert split.flops < 0.5 * whole[0] and seconds > 0     # the loop's body counted once
     assert flops == pytest.approx(whole[0], rel=0.03)
     assert split.collectives["in_loops"] == 0               # one reduction, after the loop
+
+
+def test_fsdp_advice_names_the_gather_in_every_microbatch(tmp_path):
+    """An accumulated FSDP step that does not fit with its parameters gathered
+    once a step is told of gathering them in every microbatch; the report
+    says which it compiled."""
+    config = tiny_config(tmp_path, **{"mesh.data": 2, "mesh.fsdp": 4, "train.batch_size": 64,
+                                      "train.microbatches": 2})
+    refused = aot.StepCompile("train", 64, 1.0, False, error="RESOURCE_EXHAUSTED: scripted")
+    assert "--config.mesh.fsdp_gather=microbatch" in fit.advice(config, refused)
+    assert fit.layout(config, 8) == {
+        "update": "sliced over data (parameters gathered once a step, gradients "
+                  "reduce-scattered once)", "fsdp_gather": "once a step"}
+    config.mesh.fsdp_gather = "microbatch"
+    assert "fsdp_gather" not in fit.advice(config, refused)
+    assert fit.layout(config, 8)["fsdp_gather"] == "once a microbatch"

@@ -142,6 +142,9 @@ def advice(config, step: StepCompile, largest: int | None = None,
         tips.append("--config.model.remat_policy=full")
     if config.mesh.fsdp == 1:
         tips.append("--config.mesh.fsdp=-1 --config.mesh.data=1 (shards params and Adam state)")
+    elif config.train.microbatches > 1 and config.mesh.get("fsdp_gather", "step") == "step":
+        tips.append("--config.mesh.fsdp_gather=microbatch (FSDP's memory: the parameters "
+                    "gathered in every microbatch)")
     return "; or ".join(tips)
 
 
