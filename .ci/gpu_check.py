@@ -76,7 +76,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
     """Lower, then the recorded verdict or a compile (compile_record.settle); a
     compiled step whose collectives move more bytes than its recorded entry's
-    fails (kjax/pretrain/collectives.py grew)."""
+    fails (kjax/pretrain/collectives.py grew: `grown`)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
     from compile_checks import record as cr
@@ -99,9 +99,10 @@ def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
         else []
     if grown:
         failure = "; ".join(filter(None, [failure, f"{case}: its collectives grew ("
-                                          f"{', '.join(grown)} a step per device)"]))
+                                          f"{', '.join(grown)} a step per device); rerun "
+                                          f"with --accept-growth to record them"]))
     return {"verdict": verdict, "status": status, "failure": failure, "lower_s": lower_s,
-            "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
+            "grown": bool(grown), "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
                                    verdict, time.strftime("%Y-%m-%d"))}
 
 
@@ -132,6 +133,9 @@ def main() -> int:
                     "takes the recorded verdict, any other compiles and fails; write: compile "
                     "what is not recorded and rewrite the record; refresh: compile every case")
     ap.add_argument("--record-file", default=RECORD, help="the record (default: %(default)s)")
+    ap.add_argument("--accept-growth", action="store_true",
+                    help="record a compiled case whose collectives move more bytes a step than "
+                    "its recorded entry's (by default that fails and is not written)")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     cases = [c for c in CASES if not wanted or any(w in c[0] for w in wanted)]
@@ -166,7 +170,8 @@ def main() -> int:
             print(text, flush=True)
             failed += failures
             recorded += report["status"] == "recorded"
-            if args.record != "check" and report["status"] != "recorded":
+            if args.record != "check" and report["status"] != "recorded" and (
+                    args.accept_growth or not report["grown"]):
                 record.put(report["entry"])   # a recorded entry keeps its date
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s: {recorded} recorded, "
           f"{len(cases) - recorded} compiled", flush=True)

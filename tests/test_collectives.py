@@ -13,8 +13,9 @@ MIB = 1 << 20
 # The microbatch loop (trip count from its condition, as XLA:TPU prints it)
 # holding the layer loop (XLA:GPU's known_trip_count): an all-reduce of a
 # layer's bf16 gradient in the inner body, the f32 table's in the outer one;
-# after the loops a reduce-scatter (iota groups), an all-gather (mesh groups)
-# and an asynchronous all-reduce over a group of one device.
+# after the loops a reduce-scatter (iota groups) and its asynchronous form (a
+# tuple of operands and results: XLA:GPU's), an all-gather (mesh groups) and an
+# asynchronous all-reduce over a group of one device.
 HLO = """HloModule jit_train_step, is_scheduled=true, num_partitions=8
 
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -58,6 +59,8 @@ ENTRY %main (w: f32[4096,512], v: f32[512,512], s: f32[64]) -> f32[512,512] {
   %loop = (s32[], f32[2048,256]) while(%start), condition=%micro_cond, body=%micro_body
   %rs = f32[512,512]{1,0} reduce-scatter(%w), channel_id=3, replica_groups=[1,8]<=[8], dimensions={0}, to_apply=%add
   %ag = f32[4096,512]{1,0} all-gather(%v), channel_id=4, replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}, dimensions={0}
+  %rss = ((f32[4096,512]{1,0}), (f32[512,512]{1,0})) reduce-scatter-start(%w), channel_id=6, replica_groups=[1,8]<=[8], dimensions={0}, to_apply=%add
+  %rsd = f32[512,512]{1,0} reduce-scatter-done(%rss)
   %one = f32[64]{0} all-reduce-start(%s), channel_id=5, replica_groups={{0},{1},{2},{3},{4},{5},{6},{7}}, to_apply=%add
   %done = f32[64]{0} all-reduce-done(%one)
   ROOT %r = f32[512,512]{1,0} copy(%rs)
@@ -67,10 +70,11 @@ ENTRY %main (w: f32[4096,512], v: f32[512,512], s: f32[64]) -> f32[512,512] {
 
 def test_loops_are_counted_by_their_trip_counts_and_nested_loops_multiply():
     ops = {c["name"]: c for c in collectives.collectives(HLO)}
-    assert set(ops) == {"ar", "table", "rs", "ag"}     # the group of one is left out
+    assert set(ops) == {"ar", "table", "rs", "rss", "ag"}   # the group of one is left out
     assert (ops["ar"]["runs"], ops["ar"]["bytes"], ops["ar"]["group"]) == (48, MIB, 8)
     assert (ops["table"]["runs"], ops["table"]["bytes"]) == (4, 2 * MIB)
     assert (ops["rs"]["runs"], ops["rs"]["bytes"]) == (1, 8 * MIB)   # the whole input
+    assert ops["rss"]["bytes"] == 8 * MIB
     assert (ops["ag"]["runs"], ops["ag"]["bytes"]) == (1, 8 * MIB)   # the whole result
     assert ops["ar"]["op_name"] == "jit(train_step)/while/body/layers/dot"
 
@@ -78,9 +82,9 @@ def test_loops_are_counted_by_their_trip_counts_and_nested_loops_multiply():
 def test_the_summary_per_kind_in_loops_and_on_the_wire():
     s = collectives.summary(HLO)
     assert s["all-reduce"] == 48 * MIB + 4 * 2 * MIB
-    assert (s["all-gather"], s["reduce-scatter"]) == (8 * MIB, 8 * MIB)
-    assert s["in_loops"] == 56 * MIB and s["ops"] == 4 and s["unknown_loops"] == 0
-    assert s["wire"] == int(56 * MIB * 2 * 7 / 8) + 2 * int(8 * MIB * 7 / 8)
+    assert (s["all-gather"], s["reduce-scatter"]) == (8 * MIB, 16 * MIB)
+    assert s["in_loops"] == 56 * MIB and s["ops"] == 5 and s["unknown_loops"] == 0
+    assert s["wire"] == int(56 * MIB * 2 * 7 / 8) + 3 * int(8 * MIB * 7 / 8)
 
 
 def test_a_loop_without_a_trip_count_is_counted_once_and_said():

@@ -83,7 +83,7 @@ def format_report(config_name: str, report: dict) -> str:
     if r := report.get("roofline"):
         wire = "" if not r.get("ici_bytes_per_s") else (
             f"; {r['wire_bytes'] / 1e9:.3f} GB on the links / "
-            f"{r['ici_bytes_per_s'] / 1e9:g} GB/s = {r['communication_s'] * 1e3:.1f} ms")
+            f"{r['ici_bytes_per_s'] / 1e9:.0f} GB/s = {r['communication_s'] * 1e3:.1f} ms")
         lines.append(
             f"roofline per device: {r['model_flops'] / 1e12:.3f} TFLOP (kjax's count) / "
             f"{r['peak_flops'] / 1e12:g} TFLOP/s = {r['compute_s'] * 1e3:.1f} ms; "

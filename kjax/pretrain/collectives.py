@@ -25,7 +25,8 @@ KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective
 # the op names of each kind, synchronous or the start of an asynchronous pair
 _OPS = {"all-reduce": "all-reduce", "all-reduce-start": "all-reduce",
         "all-gather": "all-gather", "all-gather-start": "all-gather",
-        "reduce-scatter": "reduce-scatter", "all-to-all": "all-to-all",
+        "reduce-scatter": "reduce-scatter", "reduce-scatter-start": "reduce-scatter",
+        "all-to-all": "all-to-all",
         "collective-permute": "collective-permute",
         "collective-permute-start": "collective-permute"}
 _WIRE = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0, "all-to-all": 1.0}

@@ -55,7 +55,6 @@ import contextvars
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from kjax import objectives
@@ -76,10 +75,6 @@ def unrolled():
         yield
     finally:
         _UNROLLED.reset(token)
-
-
-def batch_shards(mesh) -> int:
-    return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
 
 
 def gradients(loss_fn, params, batch: dict, rng, config, mesh, param_shardings):
