@@ -58,7 +58,7 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
     from kjax.objectives import check_config
     from compile_checks import record as cr
     from kjax.pretrain import aot
-    from kjax.pretrain import fit as batch_fit
+    from kjax.pretrain import memory_fit
     from kjax.pretrain.collectives import grew
     config = case_config(os.path.join(CONFIGS, f"{preset}.py"), overrides)
     check_config(config)
@@ -98,7 +98,7 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
                   case, preset, topology, overrides, program, versions, verdict,
                   time.strftime("%Y-%m-%d"))}
     if fit and hbm:   # the search compiles: the record holds the preset's batch only
-        largest, failing, _ = batch_fit.fit_batch(config, devices, step, progress=lambda m: print(
+        largest, failing, _ = memory_fit.fit_batch(config, devices, step, progress=lambda m: print(
             "   ", m, file=sys.stderr, flush=True))
         report["fit"] = {"largest": largest, "smallest_failing": failing}
     return report

@@ -63,17 +63,17 @@ CPU_ROWS = [
         "ModernBertForMaskedLM", "PyTorch ModernBERT (transformers 5)"),
 ]
 GPU_BERT = {"seq": 512, "batch": 32, "dtype": "bfloat16"}
+MODERN = {"seq": 1024, "batch": 16, "dtype": "bfloat16"}
 SUITE = "python benchmarks/gpu/suite.py"
 GPU_ROWS = [
-    Row("BERT-base preset as a GPU runs it (unrolled layers, rbg bits, explicit attention), "
-        "512 × 32, bf16", "peer", "gpu", "bert_base", GPU_BERT,
-        "kjax preset (GPU defaults: unroll + rbg)",
+    Row("BERT-base preset as a GPU runs it (unrolled layers, rbg bits, attention dropout "
+        "inside the flash kernel), 512 × 32, bf16", "peer", "gpu", "bert_base", GPU_BERT,
+        "kjax preset, attention dropout in the flash kernel",
         f"{SUITE} --parts a --peer-venv runs/peer_venv", "HF FlaxBertForPreTraining",
         "HF Flax BERT (transformers 4.57)"),
-    Row("the same, attention dropout inside the flash kernel", "peer", "gpu", "bert_base",
-        GPU_BERT, "kjax preset, attention dropout in the flash kernel",
-        f"{SUITE} --parts a --peer-venv runs/peer_venv", "HF FlaxBertForPreTraining",
-        "HF Flax BERT (transformers 4.57)"),
+    Row("the same on the explicit attention path", "peer", "gpu", "bert_base", GPU_BERT,
+        "kjax preset, explicit attention", f"{SUITE} --parts a --peer-venv runs/peer_venv",
+        "HF FlaxBertForPreTraining", "HF Flax BERT (transformers 4.57)"),
     Row("BERT-base, attention dropout 0 (cuDNN attention), hidden dropout 0.1", "gpu_suite",
         "gpu", "bert_base", GPU_BERT,
         "attention dropout 0, hidden dropout 0.1, auto (cuDNN), unroll + rbg",
@@ -81,9 +81,16 @@ GPU_ROWS = [
     Row("BERT-base, no dropout (cuDNN attention)", "gpu_suite", "gpu", "bert_base", GPU_BERT,
         "no dropout at all, auto (cuDNN), unroll + rbg",
         f"{SUITE} --parts b --b-variants no-dropout", part="b"),
-    Row("modern_base, 1024 × 16, bf16, no remat", "gpu_suite", "gpu", "modern_base",
-        {"seq": 1024, "batch": 16, "dtype": "bfloat16"}, "auto (cuDNN on GPU)",
+    Row("modern_base as a GPU runs it (local layers on the flash kernel, global ones on "
+        "cuDNN), 1024 × 16, bf16, no remat", "gpu_suite", "gpu", "modern_base", MODERN,
+        "auto (GPU: local layers on the flash kernel, global ones on cuDNN)",
         f"{SUITE} --parts c", "eager", "PyTorch ModernBERT, eager (transformers 5)", part="c"),
+    Row("the same, every layer on the flash kernel", "gpu_suite", "gpu", "modern_base", MODERN,
+        "flash", f"{SUITE} --parts c", "eager", "PyTorch ModernBERT, eager (transformers 5)",
+        part="c"),
+    Row("the same, every layer on cuDNN", "gpu_suite", "gpu", "modern_base", MODERN,
+        "cuDNN for every layer (dot_product)", f"{SUITE} --parts c", "eager",
+        "PyTorch ModernBERT, eager (transformers 5)", part="c"),
 ]
 # the order of the predictions: the step first, then one layer, the start, the rest
 ORDER = ["gpu_suite", "peer", "attention", "modern_compile", "train_step", "loader", "checkpoint"]

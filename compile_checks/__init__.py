@@ -12,5 +12,5 @@ and the benchmarks and tests that read the same programs:
 
 Repository tooling, not part of the installed kjax package (the wheel has
 none of it): .ci/, benchmarks/ and the tests import it from the checkout.
-`kjax compile`, the user's verb, is kjax/pretrain/aot.py and fit.py, which
+`kjax compile`, the user's verb, is kjax/pretrain/aot.py and memory_fit.py, which
 these checks call."""

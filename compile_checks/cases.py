@@ -64,15 +64,13 @@ GPU_CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
 
 def case_config(preset_file: str, overrides):
     """The config a case compiles: the preset with its overrides, and for a
-    `phase=NAME` override that phase of a preset that lists its phases."""
-    from kjax.config import load_config
-    from kjax.pretrain.phases import phase_config
-    config = load_config(preset_file, [f"--config.{o}" for o in overrides
-                                       if not o.startswith("phase=")])
-    for o in overrides:
-        if o.startswith("phase="):
-            config = phase_config(config, o.split("=", 1)[1])
-    return config
+    `phase=NAME` override that phase of a preset that lists its phases, loaded
+    as `kjax compile` loads it (kjax/pretrain/run_load.py)."""
+    from kjax.pretrain.run_load import load_run
+    phase = next((o.split("=", 1)[1] for o in overrides if o.startswith("phase=")), None)
+    return load_run(preset_file, [f"--config.{o}" for o in overrides
+                                  if not o.startswith("phase=")], phase=phase,
+                    use="target").config
 
 
 def tpu_case_id(case) -> str:

@@ -79,8 +79,9 @@ def tiny_config(tmp, **extra):
     """The tiny run's config, its auto keys resolved for this platform as a verb
     resolves the config it loads (models are built from resolved configs only)."""
     from kjax.config import platform_defaults
+    from kjax.model.arch import architecture
     config = load_config(DEMO_CONFIG, tiny_overrides(str(tmp), **extra))
-    platform_defaults.resolve(config)
+    platform_defaults.resolve(config, keys=architecture(config).auto_keys)
     return config
 
 

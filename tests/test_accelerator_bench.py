@@ -127,8 +127,9 @@ def test_profile_step_on_cpu_adds_up(tmp_path):
 
 
 def test_settle_verdict_turns_a_flag_only_on_a_win_in_every_round():
-    ms = {"flash-dropout": [36.0, 36.5, 35.9], "gpu-defaults": [39.5, 39.0, 39.8],
-          "pairs-flash-dropout": [44.0, 46.0, 44.5], "pairs-auto": [45.0, 45.5, 45.1]}
+    ms = {"flash-dropout": [36.0, 36.5, 35.9], "explicit-dropout": [39.5, 39.0, 39.8],
+          "pairs-flash-dropout": [44.0, 46.0, 44.5],
+          "pairs-explicit-dropout": [45.0, 45.5, 45.1]}
     off = {"dropout": False, "shake": False}
     line, figures = settle.verdict(ms, off)
     assert line.startswith('verdict: GPU_FLASH_FASTER = {"dropout": true, "shake": false} '
@@ -136,10 +137,12 @@ def test_settle_verdict_turns_a_flag_only_on_a_win_in_every_round():
     assert "faster in 3/3 rounds" in line and "faster in 2/3 rounds" in line
     assert figures["flag_dropout"] is True and figures["flag_shake"] is False
     assert figures["dropout_fused_ms"] == 36.0 and figures["shake_explicit_ms"] == 45.1
-    # flags already on: `auto` ran flash, so there was nothing explicit to beat
-    line, _ = settle.verdict(ms, {"dropout": True, "shake": True})
-    assert line.count("not decided (`auto` already runs flash") == 2 and "no change" in line
-    line, figures = settle.verdict({"gpu-defaults": [39.0]}, off)
+    # flags already on: the explicit rows are pinned, so a flag can turn off again
+    line, figures = settle.verdict(ms, {"dropout": True, "shake": True})
+    assert line.startswith('verdict: GPU_FLASH_FASTER = {"dropout": true, "shake": false} '
+                           '(now {"dropout": true, "shake": true}; change')
+    assert figures["shake_fused_wins"] == 2
+    line, figures = settle.verdict({"explicit-dropout": [39.0]}, off)
     assert line.count("not decided (a row is missing)") == 2 and figures == \
         {"flag_dropout": False, "flag_shake": False}
 
@@ -148,8 +151,8 @@ def test_settle_steps_print_ratios_and_record_the_verdict(tmp_path, monkeypatch)
     """Part (s) of --settle from a child's lines (faked): each row ÷ the cuDNN
     baseline from the rounds taking turns, the verdict, one record per row."""
     names = {k: n for k, n, _ in settle.BERT_VARIANTS}
-    base_ms = {"cudnn-hidden-dropout": 32.7, "gpu-defaults": 39.5, "flash-dropout": 36.0,
-               "pairs-auto": 45.0, "pairs-flash-dropout": 44.0, "no-dropout": 30.4}
+    base_ms = {"cudnn-hidden-dropout": 32.7, "explicit-dropout": 39.5, "flash-dropout": 36.0,
+               "pairs-explicit-dropout": 45.0, "pairs-flash-dropout": 44.0, "no-dropout": 30.4}
 
     def child(kind, spec, limit, log, wanted, on_other):
         assert [n for n, _ in spec["variants"]] == wanted == [names[k] for k, _ in
@@ -211,7 +214,8 @@ def test_gpu_suite_runs_at_tiny_sizes(tmp_path):
         assert f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |" in proc.stdout
     assert "not reached" not in text and "cut off" not in text
     assert "--tiny: two variants" in text and "torch.compile not run" in text
-    assert "kjax (auto (cuDNN on GPU)) / PyTorch eager tokens/s" in text
+    assert "kjax (auto (GPU: local layers on the flash kernel, global ones on cuDNN)) / " \
+        "PyTorch eager tokens/s" in text
     assert re.search(r"#### \(e\)[\s\S]*\| xla \|", text)
     # (g): the preset's per-kernel table; its program came from (b) through the run's cache
     assert re.search(r"#### \(g\)[\s\S]*\| ms/step \| share \| launches/step \|", text)
@@ -222,9 +226,11 @@ def test_gpu_suite_runs_at_tiny_sizes(tmp_path):
     for key, why in settle.STEP_ROWS:
         assert re.search(rf"^\| {key} \| {re.escape(why)} \| [\d.]+ \| [\d.]+× \|", proc.stdout,
                          re.M), key
-    assert re.search(r"^round 2: cudnn-hidden-dropout [\d.]+ ms, gpu-defaults", proc.stdout, re.M)
+    assert re.search(r"^round 2: cudnn-hidden-dropout [\d.]+ ms, explicit-dropout", proc.stdout,
+                     re.M)
     assert re.search(r'^verdict: GPU_FLASH_FASTER = \{"dropout": (true|false), "shake": '
-                     r'(true|false)\} \(now \{"dropout": false, "shake": false\}; .*with dropout: '
+                     r'(true|false), "local": true\} \(now \{"dropout": true, "shake": true, '
+                     r'"local": true\}; .*with dropout: '
                      r"fused [\d.]+ ms vs explicit [\d.]+ ms .*with pairs B \(and dropout\): "
                      r"fused", proc.stdout, re.M)
     # (t): the grid (cuDNN says it needs a GPU), the alternate tilings, Mosaic, per seq
@@ -264,3 +270,21 @@ def test_modern_compile_prints_every_phase(tmp_path):
     assert rows[2][4].strip() == "off" and "Longest host events while compiling" in proc.stdout
     for phase in ("start", "init", "batch", "lower", "compile", "step 1", "step 2"):
         assert f"] {phase}: s " in proc.stdout
+
+
+@pytest.mark.slow
+def test_dropout_paths_and_accumulation_parts_run_at_tiny_sizes(tmp_path):
+    """(p): every attention-dropout path has its row (cuDNN's say they need a
+    GPU; kjax's explicit and flash paths are timed, each in its own child);
+    (k): k = 1 against k = 2 alternating, both sides' first losses equal."""
+    out = tmp_path / "out"
+    proc = bench("benchmarks/gpu/suite.py", "--tiny", "--parts", "pk", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part_p = proc.stdout.split("#### (p)")[1].split("#### (k)")[0]
+    for name in ("explicit path, kjax's hashed bits", "flash kernel, kjax's hashed bits"):
+        assert re.search(rf"^\| {re.escape(name)} \| 64 \| 2 \| [\d.]+ \| – \| ok \|", part_p,
+                         re.M), name
+    assert part_p.count("skipped: needs a GPU") == 3   # the floor and cuDNN's own dropout ×2
+    losses = re.findall(r"^\| k=\d[^|]* \| [\d.]+ \| [\d.]+ \| [\d.]+× \|.* \| ([\d.]+) \|$",
+                        proc.stdout.split("#### (k)")[1], re.M)
+    assert len(losses) == 2 and losses[0] == losses[1], proc.stdout[-2000:]

@@ -6,7 +6,8 @@ function (a function-local import is for an optional heavy
 dependency — torch, transformers, tensorflow — never to dodge a circle; a
 function-local kjax import that closes no circle is allowed). Also: no kjax
 file over 400 lines, and no branch on an input mode's name outside
-kjax/inputs (consumers ask the mode).
+kjax/inputs, on an architecture's outside kjax/model/arch, or on a task's
+outside the task registry (consumers ask the registry's object).
 
 `python tests/test_architecture.py` prints the import graph ("a.b -> c.d",
 kjax. left out), the format of the closing notes' before/after lists, then
@@ -256,7 +257,7 @@ def test_the_check_sees_function_local_imports(tmp_path):
 def test_the_model_reaches_the_flash_kernels_through_one_function():
     """kjax/model/flash is a package of its own: outside it, kjax/model imports
     only the package itself (its entry points: sharded_flash_attention, and
-    tiles_chosen_while for a run's config), and only
+    flash_calls and choose_tiles for a run's config), and only
     from attention_core.py; the kernels' modules are nobody else's in the model."""
     modules = module_files()
     found = {m: sorted(t for t in imports_of(path, m, modules) if t.startswith("kjax.model.flash"))
@@ -265,7 +266,16 @@ def test_the_model_reaches_the_flash_kernels_through_one_function():
     assert {m: t for m, t in found.items() if t} == {
         "kjax.model.attention_core": ["kjax.model.flash"]}
     import kjax.model.flash as flash
-    assert flash.__all__ == ["MASK_VALUE", "sharded_flash_attention", "tiles_chosen_while"]
+    assert flash.__all__ == ["MASK_VALUE", "choose_tiles", "flash_calls", "sharded_flash_attention"]
+
+
+def test_the_export_package_lists_every_module():
+    """kjax/export/__init__.py's map names each of its modules (a file it
+    leaves out is one nobody finds)."""
+    import kjax.export as export
+    listed = set(re.findall(r"^    (\w+)\s", export.__doc__, re.M))
+    files = {m.rsplit(".", 1)[1] for m in module_files() if m.startswith("kjax.export.")}
+    assert files - listed == set() and listed - files == set(), (files - listed, listed - files)
 
 
 def test_no_kjax_file_is_longer_than_400_lines():
@@ -290,6 +300,99 @@ def test_no_branch_on_an_input_mode_name_outside_the_registry():
             if branch.search(line.split("#")[0]):
                 found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
     assert not found, "ask the input mode instead:\n" + "\n".join(found)
+
+
+# The architecture registry (each architecture's module knows its own name).
+ARCH_REGISTRY = "kjax.model.arch"
+
+
+def arch_branches(source: str, names) -> list[tuple[int, str]]:
+    """Lines of `source` that decide by an architecture's name: `arch` (model.arch,
+    enc.arch, args.arch, m.get("arch")) compared or tested for membership, or a
+    value compared with a name or looked for among names (`for arch in ...`
+    iterates, a string that says model.arch='electra' is no comparison)."""
+    names = "|".join(map(re.escape, names))
+    branch = re.compile(rf"""\barch\b["']?\)?\s*(==|!=|\bin\b|\bnot in\b)"""
+                        rf"""|(==|!=)\s*["']({names})["']|["']({names})["']\s*(==|!=)"""
+                        rf"""|\bin\s*[(\[{{][^)\]}}]*["']({names})["']""")
+    loop = re.compile(r"\bfor\s+[\w, ()]+\s+in\b")
+    return [(n, line.strip()) for n, line in enumerate(source.splitlines(), 1)
+            if branch.search(loop.sub("", line.split("#")[0]))]
+
+
+def test_no_branch_on_an_architecture_name_outside_the_registry():
+    """Consumers ask the architecture (kjax/model/arch); only its modules know
+    names (`model.arch` compared in demo, export, validate, the NSP and RTD
+    objectives, FLOPs and `kjax compile` made every architecture an edit of each,
+    and `kjax compile` costed ELECTRA's layer loops once)."""
+    from kjax.model.arch import ARCHITECTURES
+    found = []
+    for module, path in module_files().items():
+        if module == ARCH_REGISTRY or module.startswith(ARCH_REGISTRY + "."):
+            continue
+        found += [f"{os.path.relpath(path, ROOT)}:{n}: {line}"
+                  for n, line in arch_branches(open(path, encoding="utf-8").read(), ARCHITECTURES)]
+    assert not found, "ask the architecture instead:\n" + "\n".join(found)
+
+
+def test_the_architecture_branch_check_sees_the_old_branches():
+    """The test itself: the comparisons the registry replaced are caught, and
+    what only names an architecture is not."""
+    old = ('if config.model.arch == "electra":\n'
+           'modern = args.arch == "modern"\n'
+           'if m.get("arch", "bert") != "bert" or not m.scan_layers:\n'
+           'return self.arch != "modern"\n'
+           'if enc.arch in ("bert", "electra"):\n'
+           'if "modern" == name:\n'
+           'kind = name if name not in ["bert"] else None\n'
+           'raise KjaxError(f"model.arch=\'electra\' with {mode}")   # a message\n'
+           'for arch in ARCHITECTURES:\n'
+           'arch = architecture(config)   # a lookup is not a branch\n'
+           'config.model.arch = "electra"\n')
+    assert [n for n, _ in arch_branches(old, ["bert", "modern", "electra"])] == [
+        1, 2, 3, 4, 5, 6, 7]
+
+
+def resolve_calls_without_keys(source: str) -> list[int]:
+    """Lines of `source` that call platform_defaults.resolve / resolved (as an
+    attribute, or a name imported from it) without `keys=`."""
+    tree = ast.parse(source)
+    imported = {a.asname or a.name: a.name for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and node.module == "kjax.config.platform_defaults" for a in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        named = (isinstance(f, ast.Attribute) and f.attr in ("resolve", "resolved")
+                 and isinstance(f.value, ast.Name) and f.value.id == "platform_defaults") or \
+            (isinstance(f, ast.Name) and imported.get(f.id) in ("resolve", "resolved"))
+        if named and not any(k.arg == "keys" for k in node.keywords):
+            found.append(node.lineno)
+    return found
+
+
+def test_every_resolve_of_auto_keys_passes_the_architectures():
+    """kjax/config/platform_defaults.py resolves the auto keys it is given (default:
+    all); which act is the architecture's (`architecture(config).auto_keys`). A
+    call in kjax without them resolves model.scan_unroll for the modern recipe,
+    whose check then refuses the run."""
+    found = [f"{os.path.relpath(path, ROOT)}:{n}" for module, path in module_files().items()
+             for n in resolve_calls_without_keys(open(path, encoding="utf-8").read())]
+    assert not found, ("pass keys=architecture(config).auto_keys (kjax.model.arch):\n"
+                       + "\n".join(found))
+
+
+def test_the_resolve_check_sees_a_call_without_keys():
+    """The test itself."""
+    source = ("from kjax.config import platform_defaults\n"
+              "from kjax.config.platform_defaults import resolved as r\n"
+              "platform_defaults.resolve(c)\n"
+              "platform_defaults.resolved(c, keys=a.auto_keys)\n"
+              "r(c, 'cuda')\n"
+              "other.resolve(c)\n")
+    assert resolve_calls_without_keys(source) == [3, 5]
 
 
 # The registry and the modules that define tasks (each knows its own name).

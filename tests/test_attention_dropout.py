@@ -163,14 +163,23 @@ def test_auto_follows_the_gpu_figures(monkeypatch):
     from kjax.model import attention_core
     pick = lambda **kw: choose_impl("auto", explicit=False, dtype=jnp.bfloat16,  # noqa: E731
                                     **{"shaking": False, **kw})
-    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER", {"dropout": True, "shake": False})
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER",
+                        {"dropout": True, "shake": False, "local": False})
     assert pick(dropping=True) == "xla" and pick() == "xla"                 # CPU
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert pick() == "dot_product"
     assert pick(dropping=True) == "flash"
     assert pick(shaking=True) == "xla" and pick(shaking=True, dropping=True) == "xla"
-    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER", {"dropout": False, "shake": True})
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER",
+                        {"dropout": False, "shake": True, "local": False})
     assert pick(dropping=True) == "xla" and pick(shaking=True) == "flash"
+    # a local window (the modern recipe's local layers): the kernel where measured faster
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER",
+                        {"dropout": False, "shake": False, "local": True})
+    assert pick(windowed=True) == "flash" and pick(windowed=True, dropping=True) == "xla"
+    monkeypatch.setattr(attention_core, "GPU_FLASH_FASTER",
+                        {"dropout": False, "shake": False, "local": False})
+    assert pick(windowed=True) == "dot_product"
     assert choose_impl("dot_product", shaking=False, explicit=False, dropping=True) == "xla"
     assert choose_impl("flash", shaking=False, explicit=True, dropping=True) == "xla"
 

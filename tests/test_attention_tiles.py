@@ -1,7 +1,9 @@
-"""The flash kernels' tiles chosen on the card (kjax/model/flash/tuning.py):
-timed within a budget with a fake clock and timer, kept in the cache file,
-fixed by model.attention_tiles (what a resumed run's recorded config holds),
-and the config's old attention keys."""
+"""The flash kernels' tiles as values (kjax/model/flash/tuning.py): a traced
+call's tiles are a function of the config (its fixed tiles, else the table)
+and the call names itself in the trace; choosing better ones happens outside
+any trace — timed within a budget with a fake clock and timer, kept in the
+cache file, fixed by model.attention_tiles (what a resumed run's recorded
+config holds) — and the config's old attention keys."""
 import json
 
 import jax
@@ -40,12 +42,9 @@ def fake_measure(clock, seconds_each=3.0, fastest=None):
 
 @pytest.fixture(autouse=True)
 def fresh(tmp_path, monkeypatch):
-    flash_tuning.forget()
     monkeypatch.setattr(flash_tuning, "cache_path",
                         lambda: str(tmp_path / "xla" / flash_tuning.CACHE_FILE))
     monkeypatch.setattr(flash_tuning, "device_kind", lambda: "NVIDIA H200")
-    yield
-    flash_tuning.forget()
 
 
 def test_signature_names_shape_and_features():
@@ -98,45 +97,101 @@ def test_fastest_within_the_budget_with_a_fake_timer():
     assert flash_tuning.fastest(options, broken, clock=clock) == (None, [])
 
 
-def test_first_call_times_then_the_cache_and_the_process_keep_it(tmp_path):
+def test_first_choice_times_then_the_cache_keeps_it(tmp_path):
     clock = FakeClock()
     options = candidates(512)
     measure, seen = fake_measure(clock, fastest=options[1])
-    tiles = flash_tuning.tiles_for(CALL, measure=measure)
+    tiles = flash_tuning.choose(CALL, measure=measure)
     assert tiles == options[1] and seen
     cache = json.loads((tmp_path / "xla" / flash_tuning.CACHE_FILE).read_text())
     assert cache == {"NVIDIA H200": {CALL.signature: format_tiles(options[1])}}
-    assert flash_tuning.chosen() == {CALL.signature: format_tiles(options[1])}
     never_called = lambda tiles: pytest.fail("timed again")  # noqa: E731
-    assert flash_tuning.tiles_for(CALL, measure=never_called) == options[1]   # this process
-    flash_tuning.forget()
-    assert flash_tuning.tiles_for(CALL, measure=never_called) == options[1]   # the cache file
+    assert flash_tuning.choose(CALL, measure=never_called) == options[1]   # the cache file
+    assert flash_tuning.choose_tiles([CALL], measure=lambda call: never_called) == {
+        CALL.signature: format_tiles(options[1])}
 
 
 def test_the_config_fixes_the_tiles_without_timing():
     """A signature's entry (a recorded run's), then '*', then 'table'."""
     no_timing = lambda tiles: pytest.fail("a fixed signature was timed")  # noqa: E731
     spec = "64,64,4,3/64,64,4,3/64,64,4,3"
-    got = flash_tuning.tiles_for(CALL, fixed=((CALL.signature, spec),), measure=no_timing)
-    assert got == parse_tiles(spec) and flash_tuning.chosen()[CALL.signature] == spec
-    flash_tuning.forget()
+    got = flash_tuning.choose(CALL, fixed=((CALL.signature, spec),), measure=no_timing)
+    assert got == parse_tiles(spec)
+    assert flash_tuning.choose_tiles([CALL], fixed=((CALL.signature, spec),)) == {
+        CALL.signature: spec}
     star = "128,64,8,2/128,32,4,5/128,32,4,5"
-    got = flash_tuning.tiles_for(CALL, fixed=(("*", star), ("other", spec)), measure=no_timing)
+    got = flash_tuning.choose(CALL, fixed=(("*", star), ("other", spec)), measure=no_timing)
     assert got == parse_tiles(star)
-    flash_tuning.forget()
-    got = flash_tuning.tiles_for(CALL, fixed=(("*", "table"),), measure=no_timing)
+    got = flash_tuning.choose(CALL, fixed=(("*", "table"),), measure=no_timing)
     assert got == kernel_tiles(512, True)
     # blocks larger than the sequence shrink to divide it
     short = flash_tuning.Call(4, 96, 12, 64, "bfloat16")
-    assert flash_tuning.tiles_for(short, fixed=(("*", star),))[1] == Tiles(32, 32, 4, 5)
+    assert flash_tuning.choose(short, fixed=(("*", star),))[1] == Tiles(32, 32, 4, 5)
+
+
+def test_a_traced_call_takes_the_configs_tiles_else_the_table(monkeypatch):
+    """While a step is traced nothing is timed or cached: the config's tiles, else
+    the table, whatever the card's cache holds."""
+    monkeypatch.setattr(flash_tuning, "_cached_or_timed",
+                        lambda *a: pytest.fail("chosen inside a trace"))
+    spec = "64,64,4,3/64,64,4,3/64,64,4,3"
+    assert flash_tuning.traced_tiles(CALL) == kernel_tiles(512, True)
+    assert flash_tuning.traced_tiles(CALL, ((CALL.signature, spec),)) == parse_tiles(spec)
+    assert flash_tuning.traced_tiles(CALL, (("*", "table"),)) == kernel_tiles(512, True)
+
+
+def test_a_traced_call_reads_the_cards_cache_and_never_writes_it(tmp_path, monkeypatch):
+    """On a GPU of its own, a traced call whose signature the config leaves open
+    takes what an earlier choice cached for this card (a verb that chooses none,
+    e.g. kjax eval after kjax train), else the table; it times nothing and
+    writes nothing."""
+    monkeypatch.setattr(flash_tuning, "can_time", lambda: True)
+    monkeypatch.setattr(flash_tuning, "_on_device", lambda *a: pytest.fail("timed in a trace"))
+    assert flash_tuning.traced_tiles(CALL) == kernel_tiles(512, True)
+    assert not (tmp_path / "xla" / flash_tuning.CACHE_FILE).exists()
+    spec = "64,64,4,3/64,64,4,3/64,64,4,3"
+    (tmp_path / "xla").mkdir()
+    (tmp_path / "xla" / flash_tuning.CACHE_FILE).write_text(
+        json.dumps({"NVIDIA H200": {CALL.signature: spec}}))
+    assert flash_tuning.traced_tiles(CALL) == parse_tiles(spec)
 
 
 def test_without_a_gpu_of_its_own_the_table_and_no_cache(tmp_path):
     """CPU here (and a deviceless compile, TPU, several processes): no timing."""
     assert not flash_tuning.can_time()
-    assert flash_tuning.tiles_for(CALL) == kernel_tiles(512, True)
+    assert flash_tuning.choose(CALL) == kernel_tiles(512, True)
     assert not (tmp_path / "xla" / flash_tuning.CACHE_FILE).exists()
-    assert flash_tuning.chosen() == {CALL.signature: format_tiles(kernel_tiles(512, True))}
+    assert flash_tuning.choose_tiles([CALL]) == {
+        CALL.signature: format_tiles(kernel_tiles(512, True))}
+
+
+def test_a_trace_lists_the_calls_it_makes_in_its_jaxpr():
+    """A call names itself in a named scope: read back from the jaxpr of a step
+    (under a mesh, scanned, rematerialised, differentiated) with every field,
+    and absent from the lowered program's text that the compile record hashes."""
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from kjax.model import flash
+    calls = [CALL, flash_tuning.Call(2, 8192, 12, 64, "bfloat16", segments=True,
+                                     local_window=64)]
+    assert [flash_tuning.Call.from_scope(c.scope[len("kjax_flash["):-1]) for c in calls] == calls
+    mesh = jax.make_mesh((8,), ("data",))
+
+    def layer(x, call):
+        def local(x):
+            with jax.named_scope(call.scope):
+                return jnp.sin(x)
+        return jax.shard_map(local, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
+
+    def loss(x):
+        def body(c, _):
+            return layer(layer(c, calls[0]), calls[1]), None
+        return jax.lax.scan(jax.checkpoint(body), x, None, length=2)[0].sum()
+    with jax.set_mesh(mesh):
+        x = jax.ShapeDtypeStruct((16,), jnp.float32, sharding=NamedSharding(mesh, P("data")))
+        traced = jax.jit(jax.grad(loss)).trace(x)
+        assert flash.flash_calls(traced.jaxpr) == calls
+        assert "kjax_flash" not in traced.lower().as_text(debug_info=False)
 
 
 def test_resume_keeps_the_recorded_tiles():
@@ -152,26 +207,21 @@ def test_resume_keeps_the_recorded_tiles():
     assert keep_recorded_tiles(mine, None) == []
 
 
-def test_timing_runs_while_a_step_is_traced():
-    """The real measurement (interpret mode here: the plumbing, not a speed) from
-    inside a jitted function under a mesh, as the model calls it: every tiling
-    timed is one of the candidates, and the step still traces."""
+def test_timing_runs_outside_any_trace():
+    """The real measurement (interpret mode here: the plumbing, not a speed),
+    called as `choose` calls it, after a step's trace has closed: every tiling
+    timed is one of the candidates, in order, and the fastest is chosen."""
     call = flash_tuning.Call(1, 16, 1, 8, "float32", dropout=0.2, shake="pairs")
     measure = flash_tuning._on_device(call, reps=1, interpret=True)
-    timed, picked = [], []
+    timed = []
 
     def recording(tiles):
         timed.append((tiles, measure(tiles)))
         return timed[-1][1]
-
-    def step(x):
-        picked.append(flash_tuning.tiles_for(call, measure=recording))
-        return x * 2
-    with jax.set_mesh(jax.make_mesh((2,), ("data",))):
-        np.testing.assert_array_equal(jax.jit(step)(np.ones(4, np.float32)), 2.0)
+    picked = flash_tuning.choose(call, measure=recording)
     assert timed and all(np.isfinite(t) and t > 0 for _, t in timed)
     assert [t for t, _ in timed] == candidates(16, 8)[:len(timed)]
-    assert picked[0] == min(timed, key=lambda x: x[1])[0]
+    assert picked == min(timed, key=lambda x: x[1])[0]
 
 
 @pytest.mark.parametrize("key,old,other,message", [
@@ -223,5 +273,5 @@ def test_a_resumed_run_takes_the_tiles_its_workdir_recorded(tmp_path):
     assert dict(again.model.attention_tiles) == {}
     run = resolve_run(again, str(tmp_path))
     assert dict(run.model.attention_tiles) == {CALL.signature: spec}
-    assert flash_tuning.tiles_for(CALL, fixed=tuple(run.model.attention_tiles.items()),
-                                  measure=lambda t: pytest.fail("timed")) == parse_tiles(spec)
+    assert flash_tuning.traced_tiles(CALL, tuple(run.model.attention_tiles.items())) == \
+        parse_tiles(spec)

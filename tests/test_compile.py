@@ -14,7 +14,7 @@ from conftest import DEMO_CONFIG, tiny_config, tiny_overrides
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.parallel.topology import parse_topology
-from kjax.pretrain import aot, fit
+from kjax.pretrain import aot, memory_fit
 
 
 @pytest.mark.parametrize("text, name, devices, hosts", [
@@ -108,7 +108,7 @@ def test_fit_batch_finds_the_largest_batch_that_compiles(tmp_path, monkeypatch, 
     config = tiny_config(tmp_path, **{"train.batch_size": 8 * start})
     first = aot.compile_step(config, jax.devices())
     calls.clear()
-    largest, failing, seen = fit.fit_batch(config, jax.devices(), first, budget=12,
+    largest, failing, seen = memory_fit.fit_batch(config, jax.devices(), first, budget=12,
                                            progress=lambda m: None)
     assert largest <= 8 * limit_rows < failing and seen[failing].fits is False
     if sizes or limit_rows <= 100:   # bisection alone: as close when the budget allows
@@ -122,13 +122,13 @@ def test_fit_batch_finds_the_largest_batch_that_compiles(tmp_path, monkeypatch, 
 
 
 def test_xla_refusals_give_the_bytes_they_needed():
-    assert fit.required_temporaries(
+    assert memory_fit.required_temporaries(
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
         "temporaries (28.03G) exceeds available HBM (15.48G).") == (int(28.03 * 2**30),
                                                                     int(15.48 * 2**30))
-    assert fit.required_temporaries("Ran out of memory in memory space hbm. Used 20.15G of "
+    assert memory_fit.required_temporaries("Ran out of memory in memory space hbm. Used 20.15G of "
                                     "15.48G hbm.") == (int(20.15 * 2**30), int(15.48 * 2**30))
-    assert fit.required_temporaries("RESOURCE_EXHAUSTED: out of memory") == (None, None)
+    assert memory_fit.required_temporaries("RESOURCE_EXHAUSTED: out of memory") == (None, None)
 
 
 def test_not_fitting_is_one_line_naming_what_to_change(tmp_path, monkeypatch, capsys):
@@ -243,7 +243,7 @@ def test_compile_reports_one_microbatch_memory(tmp_path, capsys):
     (256, 128, 8, 2), (256, 100, 8, 4), (256, 256, 8, 1), (256, 7, 8, None), (96, 40, 8, 3)])
 def test_fewest_microbatches_that_fit(tmp_path, batch, largest, shards, want):
     config = tiny_config(tmp_path, **{"train.batch_size": batch, "mesh.data": shards})
-    assert fit.fewest_microbatches(config, 8, 1, largest) == want
+    assert memory_fit.fewest_microbatches(config, 8, 1, largest) == want
 
 
 def test_fit_batch_names_the_accumulation_that_fits(tmp_path, monkeypatch):
@@ -260,12 +260,13 @@ def test_fit_batch_names_the_accumulation_that_fits(tmp_path, monkeypatch):
     monkeypatch.setattr(aot, "compile_step", compile_step)
     config = tiny_config(tmp_path, **{"train.batch_size": 64})
     first = aot.compile_step(config, jax.devices())
-    largest, _, _ = fit.fit_batch(config, jax.devices(), first, budget=12, progress=lambda m: 0)
+    largest, _, _ = memory_fit.fit_batch(config, jax.devices(), first, budget=12,
+                                         progress=lambda m: 0)
     assert largest == 16
-    found = fit.accumulation_fit(config, jax.devices(), largest, first, None, lambda m: 0)
+    found = memory_fit.accumulation_fit(config, jax.devices(), largest, first, None, lambda m: 0)
     assert found == {"microbatches": 4, "microbatches_fit": True, "microbatches_peak": 16007}
     assert calls[-1] == 4   # the split was compiled, not assumed
-    assert "--config.train.microbatches=4" in fit.advice(config, first, largest, 4)
+    assert "--config.train.microbatches=4" in memory_fit.advice(config, first, largest, 4)
 
 
 @pytest.mark.slow
@@ -294,10 +295,10 @@ def test_fsdp_advice_names_the_gather_in_every_microbatch(tmp_path):
     config = tiny_config(tmp_path, **{"mesh.data": 2, "mesh.fsdp": 4, "train.batch_size": 64,
                                       "train.microbatches": 2})
     refused = aot.StepCompile("train", 64, 1.0, False, error="RESOURCE_EXHAUSTED: scripted")
-    assert "--config.mesh.fsdp_gather=microbatch" in fit.advice(config, refused)
-    assert fit.layout(config, 8) == {
+    assert "--config.mesh.fsdp_gather=microbatch" in memory_fit.advice(config, refused)
+    assert memory_fit.layout(config, 8) == {
         "update": "sliced over data (parameters gathered once a step, gradients "
                   "reduce-scattered once)", "fsdp_gather": "once a step"}
     config.mesh.fsdp_gather = "microbatch"
-    assert "fsdp_gather" not in fit.advice(config, refused)
-    assert fit.layout(config, 8)["fsdp_gather"] == "once a microbatch"
+    assert "fsdp_gather" not in memory_fit.advice(config, refused)
+    assert memory_fit.layout(config, 8)["fsdp_gather"] == "once a microbatch"

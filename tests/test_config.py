@@ -161,3 +161,46 @@ def test_the_model_takes_the_schemas_defaults():
     assert built.scan_unroll == -1
     assert dataclasses.replace(built, shake_factor=(), scan_unroll=1) == EncoderConfig()
     assert built.shake_factor == (0.0,) * built.num_layers
+
+
+def test_one_override_function_types_every_kind_of_override(tmp_path):
+    """kjax.config.apply_overrides takes the command line's strings and a
+    phase's or the compile checks' {key: value}, each typed by its key: an int
+    becomes a float, a list a tuple; a wrong type, an unknown or retired key is
+    one line (a phase's named by `where`). aot.with_overrides is it on a copy."""
+    from kjax.config import apply_overrides
+    from kjax.errors import KjaxError
+    from kjax.pretrain.aot import with_overrides
+    c = defaults()
+    apply_overrides(c, {"train.learning_rate": 3, "mesh.rules": [("batch", "data")],
+                        "data.dir": "gs://b/ex", "shake.tag_weights": {"JKB": 0.5}})
+    assert c.train.learning_rate == 3.0 and isinstance(c.train.learning_rate, float)
+    assert c.mesh.rules == (("batch", "data"),) and c.data.dir == "gs://b/ex"
+    assert dict(c.shake.tag_weights) == {"JKB": 0.5}
+    for bad, message in (({"train.num_steps": "many"}, "'train.num_steps' = 'many' is a str"),
+                         ({"data.nope": 1}, "config key 'data.nope' does not exist"),
+                         ({"model": 1}, "'model' is a section"),
+                         ({"model.attention_auto_flash": True}, "was removed")):
+        with pytest.raises(KjaxError, match=f"^phases\\[0\\] \\(a\\): .*{message}") as e:
+            apply_overrides(defaults(), bad, where="phases[0] (a): ")
+        assert "\n" not in str(e.value)
+    base = defaults()
+    assert with_overrides(base, **{"train.batch_size": 64}).train.batch_size == 64
+    assert base.train.batch_size == 128   # a copy
+    with pytest.raises(KjaxError, match="'train.batch_size' = 64.0 is a float"):
+        with_overrides(base, **{"train.batch_size": 64.0})
+
+
+def test_a_value_inside_the_config_files_folder(tmp_path):
+    """`{run}/...` names a path inside the folder of the config file that holds
+    it (what a run records for the files it keeps): resolved wherever the file
+    lies, and only there."""
+    from kjax.config.recorded import write_config_file
+    config = defaults()
+    config.tokenizer.path = "{run}/tokenizer/sp"
+    for folder in ("a", "b/c"):
+        path = tmp_path / folder / "kjax_config.py"
+        write_config_file(config, str(path), "moved")
+        assert load_config(str(path)).tokenizer.path == str(tmp_path / folder / "tokenizer" / "sp")
+    assert load_config(str(path), ["--config.data.dir={run}/ex"]).data.dir == \
+        str(tmp_path / "b" / "c" / "ex")

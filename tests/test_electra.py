@@ -166,7 +166,7 @@ def test_export_writes_the_discriminator_and_the_generator(prepared, electra_run
     from kjax.checkpoint.restore import restore_params
     from kjax.cli import main
     from kjax.config import load_config
-    from kjax.export import electra_pretraining as ep
+    from kjax.export import electra_pair_export as ep
     from kjax.export import hf_export as hx
     from kjax.model.config import EncoderConfig
     config = electra_config(prepared)

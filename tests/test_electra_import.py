@@ -1,4 +1,4 @@
-"""`kjax import` of an ELECTRA pair (kjax/export/electra_import.py): `kjax
+"""`kjax import` of an ELECTRA pair (kjax/export/electra_pair_import.py): `kjax
 export` of an ELECTRA run → `kjax import` of its two folders → the very run
 (every parameter, generator and RTD head included), which exports to the same
 tensors and continues pretraining; a KoELECTRA-style pair named apart
@@ -69,7 +69,7 @@ def test_the_imported_pair_is_the_exported_run(prepared, electra_run, round_trip
     assert report["initialised"] == [] and report["unused_source_tensors"] == []
     assert report["source"]["generator"] == os.path.abspath(os.path.join(out, "generator"))
     header = open(report["config"], encoding="utf-8").read().lstrip('"')
-    assert header.startswith(f"Written by `kjax import --hf {out}`")   # a phase's lineage
+    assert header.startswith(f"Written by `kjax import --hf {out}`")
     again = str(tmp_path / "again")
     assert main(["export", "--workdir", imported, "--out", again]) == 0
     for side in ("discriminator", "generator"):
@@ -92,7 +92,7 @@ def test_continued_pretraining_of_an_imported_pair(prepared, round_trip, tmp_pat
         assert all(np.isfinite(row[k]) for k in ("loss", "mlm_loss", "rtd_loss")), row
     lineage = json.load(open(os.path.join(workdir, "lineage.json"), encoding="utf-8"))
     assert lineage["parent"] == imported and lineage["notes"] == []
-    assert lineage["parent_origin"].startswith("Written by `kjax import --hf")
+    assert lineage["parent_imported_from"]["discriminator"].endswith("discriminator")
 
 
 # ---- a KoELECTRA-style pair built by transformers ---------------------------------------
@@ -129,7 +129,7 @@ def test_a_pair_named_apart_matches_transformers(prepared, tmp_path):
     are transformers' (generator_num_layers 1 of the discriminator's 2)."""
     import torch
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
-    from kjax.export import electra_pretraining as ep
+    from kjax.export import electra_pair_export as ep
     from kjax.export import hf_export as hx
     from kjax.model.config import EncoderConfig
     disc, gen = hf_pair(str(tmp_path))

@@ -357,6 +357,24 @@ def run_model_card(folder: str) -> str:
 
 
 # ---- the command line: train → export → transformers → import ----------------------------
+def assert_export_matches(config, workdir: str, out: str) -> dict:
+    """`out`, exported from `workdir` (trained 6 steps) and loaded by
+    transformers' own classes, gives kjax's logits on text its own tokenizer
+    encodes (padding included); returns kjax's params."""
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForPreTraining.from_pretrained(out).eval()
+    batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],
+                      ["모든 권력은 국민으로부터 나온다.", "🙂"], padding=True, return_tensors="np")
+    params, step = restore_params(config, workdir)
+    enc = dataclasses.replace(EncoderConfig.from_config(config.model), dropout_rate=0.0)
+    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    assert step == 6 and inputs["attention_mask"].min() == 0
+    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, inputs),
+                                  hx.torch_outputs(model, inputs), inputs["attention_mask"]),
+                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
+    return params
+
+
 def test_cli_export_and_import_round_trip(prepared, trained_run, tmp_path):
     overrides = tiny_overrides(str(prepared))
     config = tiny_config(prepared)   # trained_run's: 6 steps
@@ -371,17 +389,7 @@ def test_cli_export_and_import_round_trip(prepared, trained_run, tmp_path):
     printed = run_model_card(out)
     assert "torch.Size([1, 3])" in printed and printed.count("[") >= 3   # shapes, top-5
     assert "QA start logits: torch.Size([1, " in printed
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    model = AutoModelForPreTraining.from_pretrained(out).eval()
-    batch = tokenizer(["대한민국은 민주공화국이다.", "국회는 법률을 만든다."],
-                      ["모든 권력은 국민으로부터 나온다.", "🙂"], padding=True, return_tensors="np")
-    params, step = restore_params(config, workdir)
-    enc = dataclasses.replace(EncoderConfig.from_config(config.model), dropout_rate=0.0)
-    inputs = {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-    assert step == 6 and inputs["attention_mask"].min() == 0
-    assert_close(hx.max_abs_diffs(hx.jax_outputs(params, enc, inputs),
-                                  hx.torch_outputs(model, inputs), inputs["attention_mask"]),
-                 {"mlm_logits", "nsp_logits", "hidden", "pooled"})
+    params = assert_export_matches(config, workdir, out)
     assert main(["import", "--hf", out, "--out", str(tmp_path / "back"), *overrides]) == 0
     back, _ = restore_params(load_config(str(tmp_path / "back" / "kjax_config.py")),
                                 str(tmp_path / "back"))

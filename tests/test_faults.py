@@ -185,7 +185,7 @@ def test_a_checkpoint_from_before_fingerprints_restores_unverified_with_a_warnin
     ckpt = checkpoints_of(workdir)
     state, iterator, step = restore_newest(ckpt, trained["target"], move_damaged=False)
     ckpt.abandon()
-    assert step == 6 and iterator == {"next_index": 6} and same_tree(state, trained["states"][6])
+    assert step == 6 and iterator == {"position": 96} and same_tree(state, trained["states"][6])
     assert f"kjax: warning: checkpoint {workdir}/checkpoints/6 predates array fingerprints: " \
            f"restored unverified" in capsys.readouterr().err
 
@@ -320,13 +320,13 @@ def test_a_bad_value_is_one_line_before_compiling(tmp_path, monkeypatch, capsys,
 
 
 def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_path, capsys):
-    from kjax.pretrain import trainer
+    from kjax.train import stage_steps   # where the trainer builds its steps
     (tmp_path / "file").write_text("keep me", encoding="utf-8")
     args = ["train", "--config", DEMO_CONFIG, "--workdir", str(tmp_path / "file"),
             *tiny_overrides(str(prepared), **EXTRA)]
-    original = trainer.make_train_step
+    original = stage_steps.make_train_step
     try:
-        trainer.make_train_step = None   # calling it would be a TypeError traceback
+        stage_steps.make_train_step = None   # calling it would be a TypeError traceback
         assert main(args) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1 and "is a file, not a directory" in err[0], err
@@ -335,5 +335,5 @@ def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_pat
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1 and "a folder above it is a file" in err[0], err
     finally:
-        trainer.make_train_step = original
+        stage_steps.make_train_step = original
     assert (tmp_path / "file").read_text(encoding="utf-8") == "keep me"

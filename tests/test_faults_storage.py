@@ -28,6 +28,7 @@ from kjax.checkpoint import manager
 from kjax.cli import main
 from kjax.errors import KjaxError
 from kjax.pretrain import trainer
+from kjax.train import stage_steps
 from waiting import Watched, committed, last_logged, progress, run, steps_logged, wait_for
 
 LOCAL_PATH = type(epath.Path("/"))
@@ -84,7 +85,7 @@ def one_error_line(capsys) -> str:
 def no_compile(monkeypatch):
     def compiled(*args, **kwargs):
         raise AssertionError("compiled before the storage check")
-    monkeypatch.setattr(trainer, "make_train_step", compiled)
+    monkeypatch.setattr(stage_steps, "make_train_step", compiled)   # the trainer's steps
     monkeypatch.setattr(trainer, "init_state", compiled)
 
 
@@ -145,10 +146,11 @@ def test_disk_full_while_saving_is_one_line_then_the_same_command_resumes(traine
                                                                         tmp_path, monkeypatch):
     # Injected: the write of step 6's data item fails with ENOSPC inside orbax's save.
     workdir = str(tmp_path / "injected")
-    real = manager.ProcessJsonHandler.save
+    real, batch = manager.ProcessJsonHandler.save, trained["config"].train.batch_size
 
     def save(self, directory, args=None):
-        if args.state.result()["iterator"].get("next_index") == 6:
+        step = args.state.result()["iterator"].get("position", 0) // batch
+        if step == 6:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
         return real(self, directory, args)
     monkeypatch.setattr(manager.ProcessJsonHandler, "save", save)

@@ -166,6 +166,7 @@ def test_sweep_and_seeds_from_the_cli(env, tmp_path, capsys):
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     combos = [(r["bf_train"], r["bf_infer"], r["seeds"]) for r in summary["rows"]]
+    assert summary["attention_tiles"] == {}   # the CPU: no flash call's tiles to choose
     assert combos == [(-0.5, 0.0, 2), (-0.5, 0.5, 2), (0.25, 0.0, 2), (0.25, 0.5, 2)]
     assert "| -0.5 | +0.5 |" in printed and "±" in printed and "baseline (no model)" in printed
     for row in summary["rows"]:   # mean ± sample std over the two seeds' own metrics.json
@@ -173,7 +174,9 @@ def test_sweep_and_seeds_from_the_cli(env, tmp_path, capsys):
         for seed in (1, 2):
             run_dir = os.path.join(out, f"ft{row['bf_train']:+g}", f"seed{seed}")
             with open(os.path.join(run_dir, "metrics.json")) as f:
-                runs.append(json.load(f)["results"][f"{row['bf_infer']:+g}"]["dev"]["accuracy"])
+                result = json.load(f)
+            assert result["attention_tiles"] == {}
+            runs.append(result["results"][f"{row['bf_infer']:+g}"]["dev"]["accuracy"])
             assert os.path.isfile(os.path.join(run_dir, f"predictions_dev_bf{row['bf_infer']:+g}"
                                                f".jsonl"))
         stat = row["dev"]["accuracy"]

@@ -150,19 +150,20 @@ def test_a_config_that_differs_from_the_recorded_one_is_named(gs_root, capsys):
     """eval/export/... name the keys in which --config differs from the run's
     recorded config; without --config and without a record: a one-line error."""
     from kjax.config import load_config
-    from kjax.config.recorded import flush_notes, load_run_config, record_config
+    from kjax.config.recorded import flush_notes, record_config
+    from kjax.pretrain.run_load import load_run
     work = f"{gs_root}/run"
     trained = load_config(DEMO_CONFIG, ["--config.model.hidden_size=64"])
     record_config(trained, work)
     assert load_config(f"{work}/kjax_config.py").to_dict() == trained.to_dict()
-    again = load_run_config(DEMO_CONFIG, ["--config.train.num_steps=700"], work)
+    again = load_run(DEMO_CONFIG, ["--config.train.num_steps=700"], workdir=work).config
     assert capsys.readouterr().err == ""   # held until the run's checkpoint restores
     flush_notes()
     err = capsys.readouterr().err
     assert "model.hidden_size: 128 → 64" not in err and "model.hidden_size: 64 → 128" in err
     assert f"train.num_steps: {trained.train.num_steps} → 700" in err
     assert again.model.hidden_size == 128
-    assert load_run_config(None, [], work).model.hidden_size == 64
+    assert load_run(None, [], workdir=work).config.model.hidden_size == 64
     flush_notes()
     assert "using the config recorded in" in capsys.readouterr().err
     assert main(["eval", "--workdir", f"{gs_root}/empty"]) == 2

@@ -104,7 +104,7 @@ def test_modern_refuses_nsp_and_the_presets_load(tmp_path):
         check_config(c)
         assert (c.model.arch, c.train.nsp_weight, c.data.masked_lm_prob) == ("modern", 0, 0.3)
         assert c.model.max_position_embeddings >= 8192 and c.model.local_attention == 128
-    demo = load_config(DEMO_CONFIG, demo_overrides("multihot", False, modern=True))
+    demo = load_config(DEMO_CONFIG, demo_overrides("multihot", False, arch="modern"))
     check_config(demo)
     assert (demo.model.arch, demo.model.input_mode, demo.train.nsp_weight) == (
         "modern", "multihot", 0.0)

@@ -15,6 +15,7 @@ from kjax.batches.loader import train_dataset
 from kjax.batches.packing import pack, packed_rows
 from kjax.errors import KjaxError
 from kjax.examples import records
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import BertForPreTraining
 from kjax.model.modern import ModernBertForPreTraining
@@ -119,7 +120,7 @@ def test_packing_refuses_nsp_and_what_it_cannot_carry(tmp_path):
         check_config(tiny_config(tmp_path, **{
             "train.packing": True, "train.nsp_weight": 0.0, "model.shake_factor": 0.3,
             "shake.variant": "random"}))
-    assert dataclasses.replace(EncoderConfig(), arch="modern").use_bias is False
+    assert architecture("modern").encoder_config(EncoderConfig()).use_bias is False
 
 
 def test_loader_workers_yield_the_same_batches_and_resume(prepared):

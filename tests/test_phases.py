@@ -162,7 +162,7 @@ def test_phases_listed_in_a_config_run_in_order_and_resume(prepared, short_examp
     assert lineage["parent"] == os.path.join(workdir, "phases", "short")
     assert lineage["parent_step"] == 4
     assert os.path.isfile(os.path.join(workdir, "kjax_config.py"))
-    with pytest.raises(KjaxError, match=r"phases\[1\] \(long\): 'data.nope' is not a config key"):
+    with pytest.raises(KjaxError, match=r"phases\[1\] \(long\): config key 'data.nope' does not exist"):
         config.phases = ({"name": "a", "overrides": {}},
                          {"name": "long", "overrides": {"data.nope": 1}})
         train(config, str(tmp_path / "bad"), progress=False)
@@ -182,17 +182,17 @@ def test_continued_pretraining_of_an_imported_model(prepared, trained_run, tmp_p
                  "--init-from", imported]) == 0
     lineage = json.load(open(os.path.join(workdir, "lineage.json")))
     assert lineage["parent"] == imported
-    assert lineage["parent_origin"].startswith("Written by `kjax import --hf")
+    assert lineage["parent_imported_from"] == os.path.abspath(hf)   # import.json's, not prose
     rows = train_rows(workdir)
     assert rows[1]["loss"] < 7.0   # the imported (trained) weights, not a fresh init's ~7.1
     from kjax.pretrain.trainer import evaluate
     assert evaluate(tiny_config(prepared), workdir)["started"] == (
-        f"from {imported} at step 0 (Written by `kjax import --hf {hf}`)")
+        f"from {imported} at step 0 (imported from {hf} by `kjax import`)")
     card_dir = str(tmp_path / "card")
     assert main(["export", "--config", DEMO_CONFIG, *overrides, "--workdir", workdir,
                  "--out", card_dir]) == 0
     card = open(os.path.join(card_dir, "README.md"), encoding="utf-8").read()
-    assert f"- started from {imported} at step 0 (Written by `kjax import --hf {hf}`)" in card
+    assert f"- started from {imported} at step 0 (imported from {hf} by `kjax import`)" in card
     # the imported run itself came from the exported run: its card line has no parent
     assert card.count("- started from") == 1
 

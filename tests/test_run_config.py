@@ -80,14 +80,39 @@ def test_the_tiles_are_chosen_by_a_trace_before_the_build(tmp_path, monkeypatch)
     assert dict(recorded.model.attention_tiles) == tiles
 
 
+def test_the_tiles_are_chosen_after_the_trace_has_closed(tmp_path, monkeypatch):
+    """The trace lists the calls; the choice (cache, timing) runs on this thread
+    once the trace has closed, where a jax operation gives a value, not a tracer."""
+    import jax
+    import jax.numpy as jnp
+    from kjax.model.flash import tuning as flash_tuning
+    from kjax.model.flash.tiles import kernel_tiles
+    chosen = []
+
+    def choose(call, measure):
+        chosen.append((call.signature, isinstance(jnp.ones(1) + 1, jax.core.Tracer)))
+        return kernel_tiles(call.seq, True, head_dim=call.head_dim)
+    monkeypatch.setattr(flash_tuning, "_cached_or_timed", choose)
+    config = tiny_config(tmp_path / "data", **{"model.attention_impl": "flash",
+                                               "train.eval_every": 3})
+    with _as_if_on_a_gpu(monkeypatch):
+        run = run_config.resolve_run(config, str(tmp_path / "w"))
+    assert chosen and not any(traced for _, traced in chosen)
+    # the train step's calls (dropout) and the eval step's (none), each once
+    assert sorted(s for s, _ in chosen) == sorted(run.model.attention_tiles) == [
+        "s64_d8_b2_h4_float32", "s64_d8_b2_h4_float32_dropout"]
+
+
 def test_no_trace_where_no_call_reaches_the_kernel(tmp_path, monkeypatch):
-    """On this CPU (and on a GPU under `auto`, which sends no call to the kernel
-    today) resolving a run traces nothing."""
+    """On this CPU (and on a GPU under `xla` or `dot_product`, whose calls never
+    reach the kernel) resolving a run traces nothing."""
     monkeypatch.setattr(aot, "trace", lambda *a, **k: pytest.fail("traced"))
     config = tiny_config(tmp_path / "data", **{"model.attention_impl": "flash"})
     assert dict(run_config.resolve_run(config, str(tmp_path / "w")).model.attention_tiles) == {}
     from kjax.config.platform import lowering_for
-    with lowering_for("gpu"):
-        config = tiny_config(tmp_path / "data")
-        assert dict(run_config.resolve_run(config, str(tmp_path / "w2"))
-                    .model.attention_tiles) == {}
+    for impl in ("xla", "dot_product"):
+        with lowering_for("gpu"):
+            config = tiny_config(tmp_path / "data", **{"model.attention_impl": impl,
+                                                       "model.attention_dropout_rate": 0.0})
+            assert dict(run_config.resolve_run(config, str(tmp_path / f"w_{impl}"))
+                        .model.attention_tiles) == {}

@@ -11,9 +11,11 @@ contexts up to 8192; trained as ModernBERT is, in three phases of one run
 - `extend8192`: the context extension, 25k steps of 32 × 8192 (the same tokens
   a step) with global θ 160k, the optimizer's moments carried over
   (init.optimizer=keep; RoPE has no position table, so every shape stays);
-- `decay8192`: 5k steps at 8192 decaying the rate to 0 by the factor
-  1 − √progress (wsd with decay_fraction 1; AnswerDotAI/ModernBERT
-  src/scheduler.py).
+- `decay8192`: a decay branch of `extend8192` (init.mode=continue,
+  docs/PRETRAINING.md "Decay branches"): its steps 25,001–30,000, with its
+  optimizer state and data position, the rate decaying to 0 by the factor
+  1 − √progress over those 5k steps (wsd with decay_steps 5000;
+  AnswerDotAI/ModernBERT src/scheduler.py).
 
 Its weight decay of 1e-5 is not multiplied by the learning rate; kjax's is,
 so it is set as 1e-5 / 8e-4 = 0.0125 (docs/PRETRAINING.md, "Optimizers"). The
@@ -28,9 +30,15 @@ step counts and batches are this preset's, not ModernBERT's (1.7T, 250B and
         --config.mesh.data=8
     kjax compile --config tpu_configs/modern_base.py --topology v3-8 [--phase extend8192]
     kjax export  --config tpu_configs/modern_base.py --workdir gs://B/runs/modern_base/phases/decay8192 --out hf/
+    kjax train   --workdir gs://B/runs/modern_base_decay20k --config.train.schedule=wsd \
+        --decay-from gs://B/runs/modern_base/phases/extend8192/checkpoints/20000 \
+        --config.train.num_steps=25000      # another decay, of an earlier stable checkpoint
 
 Expected: ~135 M parameters with a 32k vocabulary (ModernBERT-base has 149 M
 with 50k); the exported folder loads with transformers' ModernBertForMaskedLM.
+A decay branch logs its parent's step counter on (the decay of step 20,000:
+steps 20,001–25,000), its first learning rate the peak 8e-4, and names its
+parent and step in its lineage.json; the parent is only read.
 The base config (no phase) is the first phase's shapes: the compile checks and
 benchmarks that name modern_base run it.
 
@@ -59,9 +67,11 @@ def get_config():
                    decay_shape="sqrt")
     # ModernBERT's three phases (docs/PRETRAINING.md, "Runs in phases"): the
     # stable phase at 1024 with global RoPE θ 10k, the context extension to
-    # 8192 at θ 160k, then the 1 − √ decay there; the optimizer's moments carry
-    # over (same shapes: RoPE has no position table), the rate stays at the peak
-    # until the decay. The same tokens per step: 256 × 1024 = 32 × 8192.
+    # 8192 at θ 160k, then the 1 − √ decay there, a branch that continues the
+    # extension's run (its step counter, optimizer, data position); the
+    # optimizer's moments carry over (same shapes: RoPE has no position table),
+    # the rate stays at the peak until the decay. The same tokens per step:
+    # 256 × 1024 = 32 × 8192.
     long = {"data.max_seq_len": 8192, "data.dir": "runs/modern_base_data/examples_8192",
             "model.rope_theta": 160_000.0, "model.remat_policy": "full",
             "train.batch_size": 32, "init.optimizer": "keep", "train.warmup_steps": 0}
@@ -71,7 +81,8 @@ def get_config():
                                              "train.num_steps": 170_000}},
         {"name": "extend8192", "overrides": {**long, "train.schedule": "constant",
                                              "train.num_steps": 25_000}},
-        {"name": "decay8192", "overrides": {**long, "train.decay_fraction": 1.0,
-                                            "train.num_steps": 5_000}},
+        {"name": "decay8192", "overrides": {**long, "init.mode": "continue",
+                                            "train.decay_steps": 5_000,
+                                            "train.num_steps": 30_000}},
     )
     return c

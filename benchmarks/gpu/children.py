@@ -29,6 +29,7 @@ def child_kjax(spec: dict) -> None:
     import jax
     from kjax.model import attention_core
     from kjax.model.flash import tuning as flash_tuning
+    from kjax.pretrain.run_config import run_tiles
     if "tuning_budget_s" in spec:
         flash_tuning.BUDGET_S = spec["tuning_budget_s"]
     kept = {}
@@ -41,9 +42,9 @@ def child_kjax(spec: dict) -> None:
         def on_phase(phase, seconds, **info):
             if phase == "compile":   # so a variant cut off in its first step shows its compile
                 emit(phase="compiled", s=round(seconds, 1), cache=info["cache"])
-        flash_tuning.forget()    # what this variant's calls chose, not an earlier one's
+        tiles = run_tiles(config)   # chosen as kjax train chooses them, fixed in the config
+        config.model.attention_tiles.update(tiles)
         step, times = harness.measure(config, spec["rounds"], spec["steps"], on_phase)
-        tiles = flash_tuning.chosen()
         emit(name=name, overrides=overrides, device=jax.devices()[0].device_kind,
              **step.figures(statistics.median(times)), **({"tiles": tiles} if tiles else {}))
         if spec.get("alternate"):

@@ -6,8 +6,9 @@ says where it was. One persistent compilation cache per run (in a scratch
 folder under /tmp, shared by every child): a program that one part compiled
 is read back by the next (column "cache").
 
-    (a) BERT-base seq 512 batch 32 bf16: kjax's preset as a GPU runs it and
-        on the fused flash path against HF FlaxBertForPreTraining
+    (a) BERT-base seq 512 batch 32 bf16: kjax's preset as a GPU runs it (the
+        flash kernel: attention dropout inside) and on the explicit path against
+        HF FlaxBertForPreTraining
         (transformers 4.57), alternating (step/peer.py);
     (b) more kjax variants of that step (attention path, dropout, scan, shaking);
     (c) modern_base seq 1024 batch 16: kjax against transformers 5's PyTorch
@@ -17,7 +18,11 @@ is read back by the next (column "cache").
     (f) `kjax train` of a small model: SIGTERM, SIGKILL, resume (system/train_resume.py);
     (g) where the preset step's time goes: per-kernel profile (step/profile_step.py);
     (m) modern_base's start → first step, phase by phase, per compile variant
-        (step/modern_compile.py; not in the full set: a run of its own).
+        (step/modern_compile.py; not in the full set: a run of its own);
+    (p) the attention-dropout paths, one layer at seq 512: explicit, flash and
+        cuDNN's own fused dropout, each in a child process (kernels/dropout_paths.py);
+    (k) BERT-base seq 512 batch 32: the step whole (k = 1) against 4
+        microbatches, alternating (step/accumulation.py).
 
 `--settle` runs the call that settles the attention questions instead
 (benchmarks/gpu/settle.py; ≤ 9 min): (s) six BERT-base step rows taking
@@ -71,9 +76,10 @@ from parts import (BENCHMARKS, DEADLINE, GPU_DEFAULTS, MODERN_VARIANTS, child,  
 import settle  # noqa: E402
 
 # seconds per part: (--tiny on CPU, --quick, full)
-LIMITS = {"a": (300, 150, 130), "b": (300, 0, 90), "c_kjax": (200, 75, 70),
+LIMITS = {"a": (300, 150, 130), "b": (300, 0, 90), "c_kjax": (200, 75, 90),
           "c_torch": (200, 50, 60), "d": (200, 0, 40), "e": (200, 0, 40),
-          "f": (400, 0, 60), "g": (200, 0, 50), "m": (600, 420, 420)}
+          "f": (400, 0, 60), "g": (200, 0, 50), "m": (600, 420, 420), "p": (300, 80, 90),
+          "k": (300, 70, 80)}
 FIGURES = ("ms", "tokens_per_s", "mfu", "compile_s", "first_step_s", "peak_gib", "cache",
            "first_loss")
 
@@ -172,7 +178,8 @@ def main():
                 step(ctx)
     if "a" in parts:
         part("a", f"BERT-base seq {bert['seq']} batch {bert['batch']} {bert['dtype']}, kjax "
-             "(preset as a GPU runs it; on the flash path) vs HF FlaxBertForPreTraining "
+             "(the preset with each attention path pinned: flash, explicit) vs HF "
+             "FlaxBertForPreTraining "
              "(step/peer.py, alternating)")
         why = peer_usable(args.peer_venv)
         if why:
@@ -185,9 +192,10 @@ def main():
                          "--dtype", bert["dtype"], "--rounds", "1" if tiny else "4",
                          "--steps", "1" if tiny else "5", "--venv", args.peer_venv,
                          *keep_records, "--kjax",
-                         f"kjax preset (GPU defaults: unroll + rbg)={fast}", "--kjax",
                          f"kjax preset, attention dropout in the flash kernel={fast},"
-                         "--config.model.attention_impl=flash"], "peer.py")
+                         "--config.model.attention_impl=flash", "--kjax",
+                         f"kjax preset, explicit attention={fast},"
+                         "--config.model.attention_impl=xla"], "peer.py")
     if "b" in parts:
         variants = pick(args.b_variants, tiny)
         part("b", f"kjax variants, BERT-base seq {bert['seq']} batch {bert['batch']} "
@@ -209,7 +217,7 @@ def main():
     if "c" in parts:
         part("c", f"{modern['preset']} seq {modern['seq']} batch {modern['batch']}: kjax vs "
              "transformers ModernBertForMaskedLM (one after another)")
-        mv = MODERN_VARIANTS[:1 if tiny or quick else 2]
+        mv = MODERN_VARIANTS[:1 if tiny or quick else 3]
         rows, table = child("kjax", {**modern, "variants": mv}, limit["c_kjax"], log("c_kjax"),
                             [n for n, _ in mv])
         compiles = [False] if tiny or quick else [False, True]
@@ -256,6 +264,18 @@ def main():
                      *keep_records, *bert["extra"]], "profile_step.py")
         for name in ("profile.md", "step.hlo.txt.gz", "**/*.trace.json.gz"):
             keep(os.path.join(scratch, "profile", name), "profile")
+    if "p" in parts:
+        part("p", "the attention-dropout paths, one layer fwd + bwd (kernels/dropout_paths.py)")
+        script("p", ["kernels/dropout_paths.py", "--seqs", "512", "--steps", "10",
+                     *(["--tiny"] if tiny else []), *keep_records], "dropout_paths.py")
+    if "k" in parts:
+        part("k", f"BERT-base seq {bert['seq']} batch {bert['batch']}: k = 1 against {2 if tiny else 4} "
+             "microbatches, alternating (step/accumulation.py)")
+        script("k", ["step/accumulation.py", "--preset", bert["preset"], "--seq",
+                     str(bert["seq"]), "--batch", str(bert["batch"]), "--dtype", bert["dtype"],
+                     "--k", "1,2" if tiny else "1,4", "--rounds", "2" if tiny else "6",
+                     "--steps", "1" if tiny else "3", *keep_records, *bert["extra"]],
+               "accumulation.py")
     if "m" in parts:
         part("m", "modern_base: start → first step, phase by phase (step/modern_compile.py)")
         script("m", ["step/modern_compile.py", "--out", os.path.join(args.out, "modern_compile"),

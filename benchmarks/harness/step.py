@@ -47,10 +47,12 @@ class Step:
         import jax
         import numpy as np
         from kjax.config import platform_defaults
+        from kjax.model.arch import architecture
         from kjax.parallel.mesh import make_mesh, on_mesh, put_batch
         from kjax.train.state import init_state, make_model, make_optimizer
         from kjax.train.step import make_train_step
-        config = platform_defaults.resolved(config)   # auto keys: this platform's, as train's
+        # auto keys: this platform's, as train's
+        config = platform_defaults.resolved(config, keys=architecture(config).auto_keys)
         self.config, self.phases = config, {}
         report = on_phase or (lambda name, seconds, **extra: None)
 

@@ -64,6 +64,7 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
     import jax.numpy as jnp
     from kjax.model import dropout_hash
     from kjax.model.flash import tuning as flash_tuning
+    from kjax.model.flash.tiles import format_tiles
     if tuning_budget_s is not None:
         flash_tuning.BUDGET_S = tuning_budget_s
     backend, start = jax.default_backend(), time.perf_counter()
@@ -111,8 +112,14 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
                     if tiles is not None:
                         from kjax.model.flash.tiles import fit
                         tiles = fit(tiles, s)
+                    fixed = flash_tiles
+                    if impl == "flash" and fixed is None and backend == "gpu":
+                        # Triton's tiles: chosen before the trace (flash/tuning.py)
+                        fixed = format_tiles(flash_tuning.choose(flash_tuning.Call(
+                            b, s, h, d, dtype.name, rate,
+                            "none" if layout == "none" else "pairs")))
                     fn = jax.jit(jax.value_and_grad(
-                        _grid_loss(impl, rate, valid, words, tiles, flash_tiles), (0, 1, 2)))
+                        _grid_loss(impl, rate, valid, words, tiles, fixed), (0, 1, 2)))
                     # Mosaic's kernel declares its buffers float16: bf16 fails to lower
                     args = (q, k, v) if impl != "mosaic" else \
                         tuple(x.astype(jnp.float16) for x in (q, k, v))
@@ -134,8 +141,7 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
                     cudnn = ms if impl == "cudnn" else cudnn
                     ratios = {"vs_plain": ms / base[impl] if impl in base else None,
                               "vs_cudnn": ms / cudnn if cudnn else None}
-                    used = _tiles_used(impl, tiles, flash_tiles, flash_tuning.Call(
-                        b, s, h, d, dtype.name, rate, "none" if layout == "none" else "pairs"))
+                    used = _tiles_used(impl, tiles, fixed)
                     print(f"{head} {ms:.2f} | " + " | ".join(
                         "–" if x is None else f"{x:.2f}×" for x in ratios.values())
                         + f" | {used or ''} |", flush=True)
@@ -152,16 +158,13 @@ def grid(seqs, tokens, steps, cap_s, tilings=(), impls=None, rates=(0.0, 0.1),
     return rows
 
 
-def _tiles_used(impl, tiles, flash_tiles, call) -> str | None:
-    """The tiles a flash row ran: its --tiles tiling, the fixed `flash_tiles`,
-    or what flash_tuning chose for its signature (on a GPU: timed there)."""
-    from kjax.model.flash import tuning as flash_tuning
+def _tiles_used(impl, tiles, flash_tiles) -> str | None:
+    """The tiles a flash row ran: its --tiles tiling, else the fixed or chosen
+    `flash_tiles` (on a GPU: timed there by flash_tuning.choose)."""
     from kjax.model.flash.tiles import format_tiles
     if tiles is not None:
         return format_tiles(tiles)
-    if impl != "flash":
-        return None
-    return flash_tiles or flash_tuning.chosen().get(call.signature)
+    return flash_tiles if impl == "flash" else None
 
 
 def _grid_loss(impl, rate, valid, words, tiles=None, flash_tiles=None):

@@ -10,6 +10,7 @@ inside loops: kjax/pretrain/collectives.py); one record per side
     python benchmarks/step/accumulation.py                         # uknow_small 128 × 32, k = 1, 4
     python benchmarks/step/accumulation.py --k 1,2,4,8 --rounds 8
     python benchmarks/step/accumulation.py --preset bert_base --seq 512 --batch 32 --dtype bfloat16
+    python benchmarks/step/accumulation.py --config.model.num_layers=2    # overrides: every side
 
 On whatever devices JAX sees (a data mesh over all of them), so on a GPU
 or TPU the same command times the card or slice. On the 8 fake devices of a
@@ -44,14 +45,16 @@ def main():
     ap.add_argument("--steps", type=int, default=3, help="steps per side per round")
     ap.add_argument("--rounds", type=int, default=6)
     records.add_arguments(ap)
-    args = ap.parse_args()
+    args, overrides = ap.parse_known_args()   # --config.KEY=VALUE: on every side
+    if any(not o.startswith("--config.") for o in overrides):
+        ap.error(f"unrecognized arguments: {' '.join(overrides)}")
     import jax
     from kjax.pretrain.collectives import KINDS, summary
     from kjax.train.peak_flops import peak_flops
     ks = [int(k) for k in args.k.split(",")]
     sides = {}
     for k in ks:
-        extra = [f"--config.train.microbatches={k}"]
+        extra = [*overrides, f"--config.train.microbatches={k}"]
         config = harness.preset_config(args.preset, args.seq, args.batch, args.dtype, extra)
         label = "k=1, whole batch" if k == 1 else f"k={k}, microbatches of {args.batch // k}"
         sides[label] = (k, extra, harness.Step(config))

@@ -14,7 +14,7 @@ per-example share (saved activations and the step's transients). With
 shaking on (bf = 1, B in the batch as float8 [seq, seq]: 1 byte per (q, k)
 per example), the same fit gives its per-example cost. The largest batch
 that fits a slice is not read off this line: it is the target compiler's
-verdict, `kjax compile --topology ... --fit-batch` (kjax/pretrain/fit.py),
+verdict, `kjax compile --topology ... --fit-batch` (kjax/pretrain/memory_fit.py),
 which also names the microbatches that fit a larger batch.
 
 Caveat: the figures are XLA:CPU's buffer assignment; XLA:GPU/TPU fuse and

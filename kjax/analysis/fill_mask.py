@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.inputs import InputMode, input_mode
 from kjax.tokens.sentencepiece import CLS, MASK, SEP, WORD_START
@@ -115,14 +116,15 @@ def shown(answer: Answer) -> str:
 class FillMask:
     """A checkpoint's MLM head over texts with [MASK]s (float32, no dropout)."""
 
-    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None):
+    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None,
+                 weights: str = "params"):
         from kjax.checkpoint.restore import restore_params
         from kjax.tokens.factory import open_tokenizer
         from kjax.train.state import make_model
         self.tokenizer = tokenizer or open_tokenizer(config)
         check_supported(config, self.tokenizer)
-        self.params, self.step = restore_params(config, workdir, step)
-        c = config.copy_and_resolve_references()
+        self.params, self.step = restore_params(config, workdir, step, weights)
+        c = copy_of(config)
         c.model.dtype = "float32"
         self.seq_len = config.data.max_seq_len
         model = make_model(c, deterministic=True)

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kjax.analysis.fill_mask import MASK_TEXT, Answer, FillMask, fill_text
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.examples.pairs import assemble
 from kjax.inputs import input_mode
@@ -48,18 +49,19 @@ TAG_SET = tuple(i for i, t in enumerate(TAGS) if t[:1] in ("N", "V", "M", "J", "
 CONTINUES = ("J", "E", "XS", "VCP")   # glued to the word before: particles, endings, …
 
 
-def open_filler(config, workdir: str, step: int | None = None):
+def open_filler(config, workdir: str, step: int | None = None, weights: str = "params"):
     """The fill-mask for this run's input mode: one token per position
-    (fill_mask.FillMask) or one morpheme per position (MorphemeFillMask)."""
+    (fill_mask.FillMask) or one morpheme per position (MorphemeFillMask), of
+    the checkpoint's params or their EMA (`weights`)."""
     mode = input_mode(config)
     if mode.positions_are_morphemes:
-        return MorphemeFillMask(config, workdir, step)
+        return MorphemeFillMask(config, workdir, step, weights=weights)
     if not mode.positions_are_tokens:
         raise KjaxError(f"kjax fill-mask: model.input_mode={config.model.input_mode!r} puts a "
                         f"substantive and its postposition in one position, so a [MASK] "
                         f"written after a word has no position of its own; fill-mask answers "
                         f"for one-token ('onehot') and morpheme ('multihot') positions")
-    return FillMask(config, workdir, step)
+    return FillMask(config, workdir, step, weights=weights)
 
 
 def continues_word(tag: str) -> bool:
@@ -73,7 +75,8 @@ class MorphemeFillMask:
     note = ("a [MASK] is one morpheme; answers are morphemes the vocabulary writes as one token, "
             "scored under every word-class tag (kjax/analysis/fill_mask_morphemes.py)")
 
-    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None):
+    def __init__(self, config, workdir: str, step: int | None = None, tokenizer=None,
+                 weights: str = "params"):
         from kjax.checkpoint.restore import restore_params
         from kjax.tokens.factory import open_tokenizer
         from kjax.train.state import make_model
@@ -81,8 +84,8 @@ class MorphemeFillMask:
         if self.tokenizer.scheme != "multihot":
             raise KjaxError(f"a multi-hot model needs tokenizer.scheme='multihot' (this run's "
                             f"is {self.tokenizer.scheme!r})")
-        self.params, self.step = restore_params(config, workdir, step)
-        c = config.copy_and_resolve_references()
+        self.params, self.step = restore_params(config, workdir, step, weights)
+        c = copy_of(config)
         c.model.dtype = "float32"
         self.seq_len = config.data.max_seq_len
         model = make_model(c, deterministic=True)

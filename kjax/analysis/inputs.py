@@ -23,6 +23,7 @@ import unicodedata
 
 import numpy as np
 
+from kjax.config.load import copy_of
 from kjax.examples.pairs import assemble
 from kjax.inputs import InputMode, input_mode
 from kjax.morph.tags import TAGS, base_tag, is_postposition, is_substantive
@@ -126,7 +127,7 @@ def shake_matrix(item: AnalysisText, seq_len: int, shake_cfg, seed: int) -> np.n
     text's index, so a report is reproducible); POS pairs when the config has
     none (a `--bf` on a model pretrained without shaking)."""
     if shake_cfg.variant == "none":
-        shake_cfg = shake_cfg.copy_and_resolve_references()
+        shake_cfg = copy_of(shake_cfg)
         shake_cfg.variant = "pos"
     return build_shake_matrix(item.positions, seq_len, shake_cfg, np.random.default_rng(seed))
 

@@ -21,6 +21,7 @@ from kjax import paths
 from kjax.analysis import inputs as text_inputs
 from kjax.analysis.norms import analysis_norms, cv_per_head, key_share, spearman_per_head
 from kjax.checkpoint.restore import restore_params
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.inputs import input_mode
 from kjax.progress import Progress
@@ -92,7 +93,7 @@ def check_pairs(config, items, bf: float | None) -> None:
 def analysis_step(config, bf: tuple[float, ...]):
     """jit(params, batch) → the norms of kjax.analysis.norms.analysis_norms, all layers."""
     from kjax.train.state import make_model
-    c = config.copy_and_resolve_references()
+    c = copy_of(config)
     c.model.dtype = "float32"
     c.model.shake_factor, c.model.shake_factor_per_layer = 0.0, tuple(bf)
     model = make_model(c, deterministic=True, return_analysis=True)

@@ -24,16 +24,20 @@ import grain
 import numpy as np
 
 PACKED = ("input_ids", "token_type_ids", "mlm_targets")
+SOURCE = "source_token"   # a mixture's rows: each token's source id + 1, through the packer
 
 
 def unpad(row: dict) -> dict:
     """A padded one-hot example → its n real tokens, MLM targets per token (id + 1,
-    0: not predicted)."""
+    0: not predicted); a mixture's example its source per token (id + 1)."""
     n, p = int(row["attention_mask"].sum()), int(row["mlm_weights"].sum())
     targets = np.zeros(n, np.int32)
     targets[row["mlm_positions"][:p]] = row["mlm_ids"][:p] + 1
-    return {"input_ids": row["input_ids"][:n], "token_type_ids": row["token_type_ids"][:n],
-            "mlm_targets": targets}
+    out = {"input_ids": row["input_ids"][:n], "token_type_ids": row["token_type_ids"][:n],
+           "mlm_targets": targets}
+    if "source" in row:
+        out[SOURCE] = np.full(n, row["source"] + 1, np.int32)
+    return out
 
 
 def repack(packed: dict, max_predictions: int) -> dict:
@@ -54,15 +58,27 @@ def repack(packed: dict, max_predictions: int) -> dict:
         "mlm_dropped": np.asarray(len(predicted) - len(kept), np.int32),
         "nsp_labels": np.asarray(0, np.int32),
         "nsp_weights": np.asarray(1.0, np.float32),   # one per row: rows are the examples
+        **({} if SOURCE not in packed else source_columns(packed[SOURCE], segments)),
     }
+
+
+def source_columns(source_token: np.ndarray, segments: np.ndarray) -> dict:
+    """A packed row's per-token `source` (-1: padding) and `source_starts` (1
+    at each example's first token): what the loader's counters read
+    (kjax/train/stream_meter.py)."""
+    real = segments > 0
+    starts = real & (np.diff(segments, prepend=0) != 0)
+    return {"source": np.where(real, source_token.astype(np.int32) - 1, -1).astype(np.int32),
+            "source_starts": starts.astype(np.int32)}
 
 
 def pack(ds: grain.IterDataset, config, bins: int) -> grain.IterDataset:
     """Packs an iterator of padded one-hot example rows into rows of
     data.max_seq_len (first fit over `bins` open rows, in order)."""
     seq = config.data.max_seq_len
+    keys = PACKED + ((SOURCE,) if len(getattr(config.data, "sources", None) or {}) else ())
     packed = grain.experimental.FirstFitPackIterDataset(
-        ds.map(unpad), length_struct={k: seq for k in PACKED}, num_packing_bins=bins,
+        ds.map(unpad), length_struct={k: seq for k in keys}, num_packing_bins=bins,
         seed=config.data.seed, shuffle_bins=False)
     return packed.map(lambda row: repack(row, config.data.max_predictions_per_seq))
 

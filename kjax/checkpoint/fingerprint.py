@@ -22,6 +22,9 @@ the restored arrays, gathered over processes (`restored_sums`).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -137,6 +140,13 @@ def restored_sums(tree) -> dict[str, int]:
         np.array([part[n] for n in names], np.uint32))
     summed = np.asarray(gathered, np.uint64).reshape(jax.process_count(), -1).sum(0)
     return {n: int(v) & MASK for n, v in zip(names, summed)}
+
+
+def digest(tree) -> str:
+    """16 hex digits naming a (restored) tree's contents: the SHA-256 of its
+    fingerprints (lineage.json names a parent checkpoint by it)."""
+    sums = restored_sums(tree)
+    return hashlib.sha256(json.dumps(sums, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def mismatches(expected: dict[str, int], got: dict[str, int]) -> list[str]:

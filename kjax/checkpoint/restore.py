@@ -1,8 +1,15 @@
 """A checkpoint's state for the tools that only read one (`kjax eval`,
-`export`, `analyze`, fine-tuning's `--init`): the explicit step, verified or
-refused in one line, or else the newest step that verifies; nothing is
-moved (recovery.py). `restore_params` builds the abstract target from the
-config (kjax.train, one layer down, knows the model)."""
+`export`, `analyze`, `fill-mask`, fine-tuning's `--init`, a phase's
+`--init-from`, `kjax average`): the explicit step, verified or refused in one
+line, or else the newest step that verifies; nothing is moved (recovery.py).
+`restore_params` builds the abstract target from the config (kjax.train, one
+layer down, knows the model).
+
+Which weights a tool takes (`--weights`, `init.weights`,
+`finetune.init_weights`) is decided here, once: `params` (the trained
+parameters) or `ema` (their exponential moving average, kjax/train/ema.py),
+the name of the state's subtree either way. A run without an EMA asked for
+one is one line (`check_weights`) before any array is read."""
 from __future__ import annotations
 
 import os
@@ -16,7 +23,10 @@ from kjax.checkpoint.recovery import restore_newest, restore_step
 from kjax.errors import KjaxError
 from kjax.config.recorded import flush_notes
 from kjax.parallel.mesh import make_mesh
+from kjax.train import ema
 from kjax.train.state import abstract_state, make_model, make_optimizer
+
+WEIGHTS = ("params", ema.KEY)   # --weights: the state's subtree a tool takes
 
 
 def locate_checkpoint(path: str, flag: str, hint: str) -> tuple[str, int | None]:
@@ -64,10 +74,29 @@ def restore_read_only(directory: str, target, step: int | None = None,
         checkpoints.abandon()
 
 
-def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict, int]:
+def check_weights(config, weights: str, run: str, flag: str = "--weights") -> None:
+    """One line unless the run of `config` holds the `weights` asked for."""
+    if weights not in WEIGHTS:
+        raise KjaxError(f"{flag} {weights}: choose {' or '.join(WEIGHTS)}")
+    if weights == ema.KEY and not ema.enabled(config.train):
+        raise KjaxError(f"{flag} ema: {run} was trained without an EMA of its parameters "
+                        f"(train.ema_decay=0 in its config); take its params (--weights "
+                        f"params), or train with --config.train.ema_decay=0.999 to keep one")
+
+
+def chosen_weights(state: dict, weights: str) -> dict:
+    """The parameter tree a tool uses: the state's params or its EMA (checked
+    before restoring: `check_weights`)."""
+    return state[weights]
+
+
+def restore_params(config, workdir: str, step: int | None = None,
+                   weights: str = "params") -> tuple[dict, int]:
     """(params as numpy arrays on the host, step) of WORKDIR/checkpoints for the
-    tools that need only them (`kjax export`, `kjax analyze`): the given step
-    or the newest that verifies (kjax/checkpoint/recovery.py)."""
+    tools that need only them (`kjax export`, `analyze`, `fill-mask`): the
+    given step or the newest that verifies (kjax/checkpoint/recovery.py);
+    `weights`: the params or their EMA."""
+    check_weights(config, weights, workdir)
     directory = paths.join(workdir, "checkpoints")
     target, _ = abstract_state(config, make_mesh(config), make_model(config, True),
                                make_optimizer(config.train))
@@ -81,4 +110,4 @@ def restore_params(config, workdir: str, step: int | None = None) -> tuple[dict,
         raise ConfigMismatch(f"{e}; pass the --config and --config.* overrides the run was "
                              f"trained with{hint} (model sizes, model.input_mode, knowledge "
                              f"weights)") from None
-    return jax.tree.map(np.asarray, jax.device_get(state["params"])), step
+    return jax.tree.map(np.asarray, jax.device_get(chosen_weights(state, weights))), step

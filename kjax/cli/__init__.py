@@ -7,13 +7,16 @@ tpu_configs/) and any number of `--config.key=value` overrides.
     kjax eval            --workdir runs/demo [--step N]   (the run's recorded config)
     kjax demo            [--workdir runs/demo]   (all of the above on the demo corpus)
     kjax fill-mask       --workdir runs/demo "오늘 날씨[MASK] 좋네요."   (the MLM head's answers)
+    kjax average         --workdir runs/demo --last 3 --out runs/demo_avg   (a run: their mean)
     kjax config show     [--config C] [--diff WORKDIR]   (every key, value, meaning)
     kjax compile         --config tpu_configs/v3_32.py --topology v3-32   (will it fit? no TPU)
 
-Verbs that work on a run (train, eval, export, analyze, finetune --init,
-inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train` records,
-when no --config is given (kjax/config/recorded.py). Paths may be local or URLs
-(gs://bucket/...): kjax/paths.py. Every key of the config, its value and
+Verbs that work on a run (train, eval, export, analyze, fill-mask, finetune
+--init, inspect --workdir) read WORKDIR/kjax_config.py, which `kjax train`
+records, when no --config is given; every verb's config comes through one
+loader (kjax/pretrain/run_load.py). A run is one folder: it keeps its
+tokenizer inside, so it works moved or copied (kjax/pretrain/run_folder.py).
+Paths may be local or URLs (gs://bucket/...): kjax/paths.py. Every key of the config, its value and
 meaning: `kjax config show` (from kjax/config/schema.py).
 
 Failures and what to do about them: docs/RECOVERY.md. The methods kjax
@@ -38,7 +41,8 @@ from kjax.errors import KjaxError
 # distributed=True (jax.distributed before the verb runs).
 VERB_MODULES = ("kjax.cli.pipeline", "kjax.cli.demo", "kjax.cli.inspect", "kjax.cli.knowledge",
                 "kjax.cli.finetune", "kjax.cli.export", "kjax.cli.analyze",
-                "kjax.cli.fill_mask", "kjax.cli.show_config", "kjax.cli.compile")
+                "kjax.cli.fill_mask", "kjax.cli.show_config", "kjax.cli.compile",
+                "kjax.cli.average")
 # Verbs whose --config defaults to the one recorded in their run's workdir.
 RUN_VERBS = ("train", "eval", "export", "analyze", "finetune", "inspect", "fill-mask")
 
@@ -70,6 +74,8 @@ def _split_overrides(args, parser) -> list[str]:
 
 def run_workdir(args) -> str | None:
     """The run a verb works on (its recorded config is the default --config)."""
+    if args.verb not in RUN_VERBS:
+        return None
     if args.verb == "finetune":
         from kjax.finetune.pretrained import NO_INIT
         return None if (args.init or "").lower() in NO_INIT else args.init
@@ -77,27 +83,32 @@ def run_workdir(args) -> str | None:
 
 
 def load(args, parser):
-    """The verb's config, every static check passed (before anything compiles)."""
-    from kjax.config import load_config
-    from kjax.objectives import check_config
+    """The verb's Run (kjax/pretrain/run_load.py): its config loaded, resolved
+    and checked before anything compiles; a multi-process verb's
+    jax.distributed start between the checks and the first device."""
+    from kjax.pretrain.run_load import load_run
     overrides = _split_overrides(args, parser)
-    if args.verb not in RUN_VERBS or (args.verb == "train" and args.config):
-        # (train notes a changed config itself, when it records the new one)
-        config = load_config(args.config or DEMO_CONFIG, overrides)
-    else:
-        from kjax.config import platform_defaults
-        from kjax.config.recorded import has_recorded_config, load_run_config
-        workdir = run_workdir(args)
-        if args.verb == "train" and getattr(args, "init_from", None) and \
-                not has_recorded_config(workdir):
-            workdir = args.init_from   # a new phase: the parent's config, the overrides on top
-        config = load_run_config(args.config, overrides, workdir)
-        # a verb that reads a run builds its model for this platform (train
-        # resolves its own config against its workdir: kjax/pretrain/run_config.py)
-        if args.verb != "train":
-            platform_defaults.resolve(config)
-    check_config(config)
-    return config
+    start = None
+    if getattr(args, "distributed", False):
+        from kjax.parallel.mesh import maybe_initialize_distributed
+        start = maybe_initialize_distributed
+    config_file = args.config
+    if args.verb not in RUN_VERBS and config_file is None:
+        config_file = DEMO_CONFIG
+    init_from, decay_from = getattr(args, "init_from", None), getattr(args, "decay_from", None)
+    if init_from and decay_from:
+        raise KjaxError("give --init-from (a new phase) or --decay-from (a decay branch), "
+                        "not both")
+    if decay_from:   # a decay branch: its parent's run continued (kjax/pretrain/branch.py)
+        init_from, overrides = decay_from, [*overrides, "--config.init.mode=continue"]
+    return load_run(config_file, overrides, workdir=run_workdir(args), init_from=init_from,
+                    phase=getattr(args, "phase", None), use=USES.get(args.verb, "file"),
+                    start=start)
+
+
+# How a verb's config is resolved (kjax/pretrain/run_load.py); verbs not named: "file".
+USES = {"train": "train", "compile": "target",
+        **{verb: "run" for verb in RUN_VERBS if verb != "train"}}
 
 
 def run(argv: list[str]) -> int:
@@ -112,11 +123,11 @@ def run(argv: list[str]) -> int:
     if getattr(args, "before_load", None):
         args.before_load(args)
     # (a verb with own_config=True loads what it shows itself: `kjax config show`)
-    config = None if getattr(args, "own_config", False) else load(args, parser)
+    args.run = None if getattr(args, "own_config", False) else load(args, parser)
     if getattr(args, "distributed", False):
         from kjax.parallel.mesh import maybe_initialize_distributed
-        maybe_initialize_distributed()
-    code = args.handler(args, config) or 0
+        maybe_initialize_distributed()   # (done already by load; `config show` has no run)
+    code = args.handler(args, None if args.run is None else args.run.config) or 0
     from kjax.parallel import watchdog
     watchdog.finished()   # a multi-process run's peers stop waiting for this process
     return code

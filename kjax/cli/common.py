@@ -18,6 +18,14 @@ def add_config(p: argparse.ArgumentParser, required: bool = True) -> None:
                    "(every key, its value and meaning: `kjax config show`)")
 
 
+def add_weights(p: argparse.ArgumentParser, of: str = "the checkpoint",
+                default: str | None = "params") -> None:
+    """--weights: which weights of a run a verb takes (kjax/checkpoint/restore.py)."""
+    p.add_argument("--weights", default=default, choices=("params", "ema"),
+                   help=f"which weights of {of}: params (the trained parameters; default) or "
+                   f"ema (their exponential moving average: a run with train.ema_decay > 0)")
+
+
 def print_json(result: dict) -> None:
     print(json.dumps(result, ensure_ascii=False, indent=2, default=str))
 

@@ -62,6 +62,8 @@ def format_report(config_name: str, report: dict) -> str:
                      _gib(report["hbm_bytes"]), "yes" if s.fits else f"NO: {s.error}"])
     lines.append(format_table(["step", "compile s", "arguments GiB", "temporaries GiB",
                                "peak GiB", "HBM GiB", "fits"], rows))
+    if report.get("stages"):
+        lines.append(stages_table(report))
     if "fit" in report:
         f = report["fit"]
         beyond = (f"; {f['smallest_failing']} does not" if f["smallest_failing"]
@@ -110,17 +112,33 @@ def communication_line(c: dict, layout: dict) -> str:
     return text
 
 
+def stages_table(report: dict) -> str:
+    """The train step of each batch-ramp stage (train.batch_ramp), the last
+    stage being the train step above."""
+    rows = []
+    for st in report["stages"]:
+        s, (first, end) = st["compile"], st["steps"]
+        rows.append([st["stage"], f"{first}–{end}", st["batch_size"], st["microbatches"],
+                     f"{s.seconds:.0f}", _gib(s.peak if s.fits else None),
+                     "yes" if s.fits else f"NO: {s.error}"])
+    last = report["stages"][-1]["steps"][1] + 1
+    return (f"batch-ramp stages (train.batch_ramp; from step {last} on: batch "
+            f"{report['batch_size']}, the train step above):\n" +
+            format_table(["stage", "steps", "batch", "microbatches", "compile s", "peak GiB",
+                          "fits"], rows))
+
+
 def to_json(report: dict) -> dict:
     out = dict(report)
     out["steps"] = {k: vars(s) for k, s in report["steps"].items()}
+    if report.get("stages"):
+        out["stages"] = [{**st, "compile": vars(st["compile"])} for st in report["stages"]]
     return out
 
 
 def run_compile(args, config) -> int:
-    from kjax.pretrain.fit import advice, check, not_fitting_error
-    if args.phase:
-        from kjax.pretrain.phases import phase_config
-        config = phase_config(config, args.phase)
+    from kjax.pretrain.memory_fit import advice, check, not_fitting_error
+    # (--phase: the loader took that phase already, kjax/pretrain/run_load.py)
     steps = ("train",) if args.no_eval else ("train", "eval")
     quiet = lambda *a, **k: None  # noqa: E731
     progress = quiet if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
@@ -128,7 +146,7 @@ def run_compile(args, config) -> int:
                    cost=not args.no_roofline, progress=progress)
     print(json.dumps(to_json(report), indent=2, default=str) if args.json
           else format_report(args.config, report), flush=True)
-    for s in report["steps"].values():
+    for s in [*report["steps"].values(), *(st["compile"] for st in report.get("stages", ()))]:
         if not s.fits:
             fit = report.get("fit", {})
             raise not_fitting_error(args.config, report["topology"], s,

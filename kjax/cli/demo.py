@@ -3,7 +3,9 @@ embedded Korean corpus (what `make demo` runs). Never deletes anything: a
 demo's run folder is continued, another run's refused."""
 from __future__ import annotations
 
+import dataclasses
 import time
+from typing import Callable
 
 from kjax.errors import KjaxError
 
@@ -21,10 +23,10 @@ def register(verbs, add_config) -> None:
     demo.add_argument("--uknowbert", action="store_true",
                       help="UKnowBERT-S at demo size: multi-hot input, Eq. 7-9 MLM, NSP and the "
                       "three knowledge objectives from the samples in kjax/knowledge/data")
-    demo.add_argument("--arch", default=None, choices=("bert", "modern"),
+    demo.add_argument("--arch", default=None, choices=tuple(ARCH_DEMOS),
                       help="modern: the ModernBERT recipe at demo size (pre-LN, RoPE, GeGLU, "
                       "no biases, local/global attention, MLM alone at 30 %% masking; "
-                      "kjax/model/modern.py)")
+                      "kjax/model/modern.py); electra: as --electra")
     demo.add_argument("--electra", action="store_true",
                       help="ELECTRA at demo size (model.arch=electra): a generator a quarter "
                       "as wide learns MLM, the discriminator tells its samples from the text "
@@ -35,11 +37,11 @@ def register(verbs, add_config) -> None:
 
 def demo_args(args) -> None:
     """The demo's overrides and run folder, before its config is loaded."""
-    modern = args.arch == "modern"
-    args.overrides = [*demo_overrides(args.scheme, args.uknowbert, modern, args.electra),
-                      *args.overrides]
-    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, modern,
-                                                args.electra)
+    if args.electra and args.arch:
+        raise KjaxError(f"demo --electra is --arch electra: drop --arch {args.arch}")
+    arch = "electra" if args.electra else args.arch
+    args.overrides = [*demo_overrides(args.scheme, args.uknowbert, arch), *args.overrides]
+    args.workdir = args.workdir or demo_workdir(args.scheme, args.uknowbert, arch)
 
 
 def run(args, config) -> int:
@@ -59,11 +61,23 @@ CLASSIC_DEMO = {"data.max_seq_len": 128, "data.max_predictions_per_seq": 20,
                 "train.warmup_steps": 30, "train.nsp_weight": 1.0, "train.eval_every": 100,
                 "train.checkpoint_every": 100, "train.log_every": 25}
 
-# The modern demo: the recipe's keys (kjax.config.presets.modern_overrides) at
-# demo size: a 32-token local window so local and global layers differ on rows
-# of 128, and three layers (global, local, local) with GeGLU 192 wide.
-MODERN_DEMO = {"model.num_layers": 3, "model.intermediate_size": 192,
-               "model.local_attention": 32}
+
+@dataclasses.dataclass(frozen=True)
+class ArchDemo:
+    """What `kjax demo --arch NAME` changes beside the BERT demo."""
+    keys: Callable[[], dict] = dict   # the recipe's keys at demo size
+    classic: bool = False             # on CLASSIC_DEMO's rows of 128, in data folders of its own
+    suffix: str = ""                  # its run folder's (and, if classic, data folders') tag
+    tokens_only: bool = False         # one-hot tokens: no --uknowbert, no --scheme multihot
+
+
+def modern_demo() -> dict:
+    """The recipe's keys (kjax.config.presets.modern_overrides) at demo size: a
+    32-token local window so local and global layers differ on rows of 128, and
+    three layers (global, local, local) with GeGLU 192 wide."""
+    from kjax.config.presets import modern_overrides
+    return {**modern_overrides(128), "model.num_layers": 3, "model.intermediate_size": 192,
+            "model.local_attention": 32}
 
 
 # The ELECTRA demo: the sentencepiece demo's data and model (its tokenizer and
@@ -73,18 +87,23 @@ MODERN_DEMO = {"model.num_layers": 3, "model.intermediate_size": 192,
 ELECTRA_DEMO = {"model.arch": "electra", "train.nsp_weight": 0.0, "train.rtd_weight": 50.0,
                 "train.learning_rate": 1e-3}
 
+# The demo of each --arch (an architecture without one has no demo).
+ARCH_DEMOS = {"bert": ArchDemo(),
+              "modern": ArchDemo(modern_demo, classic=True, suffix="_modern"),
+              "electra": ArchDemo(ELECTRA_DEMO.copy, suffix="_electra", tokens_only=True)}
 
-def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False,
-                   electra: bool = False) -> list[str]:
-    if electra and (uknowbert or modern or scheme == "multihot"):
-        raise KjaxError("demo --electra trains one-hot tokens with the BERT recipe's "
-                        "discriminator: drop --uknowbert, --arch modern and --scheme multihot")
+
+def demo_overrides(scheme: str | None, uknowbert: bool, arch: str | None = None) -> list[str]:
+    demo = ARCH_DEMOS[arch or "bert"]
+    if demo.tokens_only and (uknowbert or scheme == "multihot"):
+        raise KjaxError(f"demo --arch {arch} trains one-hot tokens with the BERT recipe's "
+                        f"discriminator: drop --uknowbert and --scheme multihot")
     if uknowbert:
         if scheme not in (None, "multihot"):
             raise KjaxError(f"demo --uknowbert uses the multihot scheme, not --scheme {scheme}")
         scheme = "multihot"
     keys: dict = {"tokenizer.scheme": scheme} if scheme else {}
-    if scheme in ("morph-sp", "multihot") or modern:
+    if scheme in ("morph-sp", "multihot") or demo.classic:
         keys.update(CLASSIC_DEMO)
     if scheme in ("morph-sp", "multihot"):
         # Kiwi analyses every sentence the vocabulary is trained on: the 969k
@@ -98,14 +117,10 @@ def demo_overrides(scheme: str | None, uknowbert: bool, modern: bool = False,
                      "data.mask_unit": "morpheme"})
     if uknowbert:  # the objectives of §2.5, with the shipped sample resources
         keys.update({f"knowledge.{k}_weight": 1.0 for k in ("hypernym", "sense", "verb")})
-    if modern:
-        from kjax.config.presets import modern_overrides
-        keys.update({**modern_overrides(128), **MODERN_DEMO})
-    if electra:
-        keys.update(ELECTRA_DEMO)
-    if scheme or modern:  # own data folders: demos never clobber each other's
+    keys.update(demo.keys())
+    if scheme or demo.classic:  # own data folders: demos never clobber each other's
         name = "uknowbert" if uknowbert else scheme or "sentencepiece"
-        data = f"runs/demo_data_{name}{'_modern' if modern else ''}"
+        data = f"runs/demo_data_{name}{demo.suffix if demo.classic else ''}"
         keys.update({"tokenizer.path": f"{data}/tokenizer/sp", "data.dir": f"{data}/examples"})
     return [f"--config.{k}={v}" for k, v in keys.items()]
 
@@ -116,10 +131,9 @@ DEMO_HEADS = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"),
               ("replaced_share", "replaced"))
 
 
-def demo_workdir(scheme: str | None, uknowbert: bool, modern: bool = False,
-                 electra: bool = False) -> str:
+def demo_workdir(scheme: str | None, uknowbert: bool, arch: str | None = None) -> str:
     """Each demo its own run folder, as its own data folders (demo_overrides)."""
-    suffix = "_modern" if modern else "_electra" if electra else ""
+    suffix = ARCH_DEMOS[arch or "bert"].suffix
     if uknowbert:
         return f"runs/demo_uknowbert{suffix}"
     return f"runs/demo_{scheme}{suffix}" if scheme else f"runs/demo{suffix}"
@@ -131,20 +145,20 @@ def check_demo_workdir(config, workdir: str, compare: bool = True) -> bool:
     `compare=False`: only that it is empty or a kjax run (the config is
     compared once the vocabulary size is known)."""
     from kjax import paths
-    from kjax.config.recorded import config_differences, recorded_config_path
+    from kjax.config.recorded import config_differences, has_recorded_config
+    from kjax.pretrain import run_folder
     if paths.isfile(workdir):   # before the tokenizer and prepare spend minutes
         raise KjaxError(f"--workdir {workdir} is a file, not a directory; pass a directory "
                         f"(it is created if missing)")
     if not paths.exists(workdir) or not paths.listdir(workdir):
         return False
-    recorded = recorded_config_path(workdir)
-    if not paths.isfile(recorded):
+    if not has_recorded_config(workdir):
         raise KjaxError(f"{workdir} exists and is not a kjax demo run (no kjax_config.py); "
                         f"pass another --workdir (kjax demo never deletes anything)")
     if not compare:
         return True
-    from kjax.config import load_config
-    diffs = config_differences(load_config(recorded), config)
+    recorded = run_folder.read_recorded(workdir)   # paths as the run takes them
+    diffs = config_differences(recorded.config, run_folder.as_the_run_takes_it(config, recorded))
     if diffs:
         raise KjaxError(f"{workdir} holds a run with another config ({'; '.join(diffs[:4])}); "
                         f"pass another --workdir to start a new demo, or `kjax train --workdir "
@@ -162,6 +176,7 @@ def loss_trend(first: float, final: float) -> str:
 
 def run_demo(config, workdir: str) -> None:
     from kjax import paths
+    from kjax.model.arch import architecture
     from kjax.pretrain.prepare import prepare
     from kjax.tokens.factory import open_tokenizer, tokenizer_file, train_tokenizer
     from kjax.train.logdir import read_run_metrics
@@ -200,10 +215,13 @@ def run_demo(config, workdir: str) -> None:
     if "message" in result:
         print(f"{workdir}: {result['message']}")
     print(f"checkpoints in {workdir}/checkpoints, curve {result.get('loss_curve')}")
-    if config.model.arch == "electra":
-        print("ELECTRA: the fill-mask answers below are the generator's (its MLM head)")
+    arch = architecture(config)
+    if arch.fill_mask_head:
+        print(f"{arch.title}: the fill-mask answers below are the {arch.fill_mask_head}'s "
+              f"(its MLM head)")
     from kjax.config import platform_defaults
-    show_fill_mask(platform_defaults.resolved(config), workdir)   # as `kjax fill-mask` builds it
+    # as `kjax fill-mask` builds it
+    show_fill_mask(platform_defaults.resolved(config, keys=arch.auto_keys), workdir)
     show_discriminator(workdir)
     print(f"demo took {time.time() - start:.0f} s")
 

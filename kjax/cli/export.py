@@ -1,6 +1,7 @@
 """`kjax export` and `kjax import`: checkpoints to and from transformers.
 
-    kjax export [--config C] --workdir W [--step N] --out DIR [--dtype float32|bfloat16]
+    kjax export [--config C] --workdir W [--step N] [--weights params|ema] --out DIR
+                [--dtype float32|bfloat16]
                 [--encoder-only] [--no-verify]
     kjax import --hf DIR --out W [--generator GEN] [--config BASE] [--config-out FILE]
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from kjax.cli.common import add_weights
 from kjax.errors import KjaxError
 
 
@@ -29,51 +31,24 @@ def _print(result: dict) -> None:
 
 
 def run_export(args, config) -> int:
+    """The writer of the run's architecture's format (kjax/export/formats.py)."""
     _require_torch()
-    if config.model.arch == "modern":   # ModernBertForMaskedLM (always with its MLM head)
-        if args.encoder_only:
-            raise KjaxError("--encoder-only: a modern-recipe run exports as "
-                            "ModernBertForMaskedLM, whose encoder AutoModel loads from the same "
-                            "folder; drop --encoder-only")
-        from kjax.export.modernbert_export import export_checkpoint as export_modern
-        _print(export_modern(config, args.workdir, args.out, args.step, args.dtype,
-                             verify=not args.no_verify))
-        return 0
-    if config.model.arch == "electra":   # OUT/discriminator and OUT/generator
-        from kjax.export.electra_pretraining import export_electra
-        _print(export_electra(config, args.workdir, args.out, args.step, args.dtype,
-                              with_heads=not args.encoder_only, verify_folders=not args.no_verify))
-        return 0
-    from kjax.export.checkpoint_export import export_checkpoint
-    _print(export_checkpoint(config, args.workdir, args.out, args.step, args.dtype,
-                             with_heads=not args.encoder_only, verify=not args.no_verify))
+    from kjax.export.formats import format_of
+    from kjax.model.arch import architecture
+    write = format_of(architecture(config)).write
+    _print(write(config, args.workdir, args.out, args.step, args.dtype,
+                 with_heads=not args.encoder_only, verify=not args.no_verify,
+                 weights=args.weights))
     return 0
 
 
 def run_import(args, config) -> int:
+    """The reader of the format the folder holds (kjax/export/formats.py)."""
     _require_torch()
-    from kjax.export.electra_import import import_electra_pair, pair_folders
-    pair = pair_folders(args.hf, args.generator)
-    if pair:   # an ELECTRA pair: one model.arch='electra' run
-        source = args.hf if not args.generator else f"{args.hf} --generator {args.generator}"
-        _print(import_electra_pair(*pair, args.out, config, args.config_out, source))
-        return 0
-    if _model_type(args.hf) == "modernbert":
-        from kjax.export.modernbert_export import import_modernbert
-        _print(import_modernbert(args.hf, args.out, config, args.config_out))
-        return 0
-    from kjax.export.hf_import import import_hf
-    _print(import_hf(args.hf, args.out, config, args.config_out))
+    from kjax.export.formats import FORMATS, folder_format
+    read = FORMATS[folder_format(args.hf, args.generator)].read
+    _print(read(args.hf, args.generator, args.out, config, args.config_out))
     return 0
-
-
-def _model_type(hf_dir: str) -> str | None:
-    import os
-    try:
-        with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
-            return json.load(f).get("model_type")
-    except (OSError, ValueError):
-        return None   # import_hf names the problem
 
 
 def register(verbs, add_config) -> None:
@@ -93,6 +68,7 @@ def register(verbs, add_config) -> None:
     add_config(ex, required=False)
     ex.add_argument("--workdir", required=True, help="the training run (holds checkpoints/)")
     ex.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    add_weights(ex)
     ex.add_argument("--out", required=True, help="output folder")
     ex.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="weights dtype in model.safetensors (default float32)")

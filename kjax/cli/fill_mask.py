@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from kjax.cli.common import format_table
+from kjax.cli.common import add_weights, format_table
 from kjax.errors import KjaxError
 
 
@@ -30,6 +30,7 @@ def register(verbs, add_config) -> None:
     p.add_argument("--workdir", required=True, help="the training run (its checkpoints/ and "
                    "recorded config)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    add_weights(p)
     p.add_argument("--top-k", type=int, default=5, help="answers per [MASK] (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=run, before_load=check_args)
@@ -52,12 +53,13 @@ def run(args, config) -> int:
     from kjax.analysis.fill_mask_morphemes import open_filler
     if args.check is not None:
         rows = read_check_set(args.check or None)
-        result = run_check(open_filler(config, args.workdir, args.step), rows, args.top_k)
+        result = run_check(open_filler(config, args.workdir, args.step, args.weights), rows,
+                           args.top_k)
         print(json.dumps(result, ensure_ascii=False, indent=2) if args.json
               else format_check(result))
         return 0
     texts = [args.text] if args.text is not None else [t for _, t in _read_texts(args.file)]
-    filler = open_filler(config, args.workdir, args.step)
+    filler = open_filler(config, args.workdir, args.step, args.weights)
     from kjax.progress import Progress
     with Progress("fill-mask", total=len(texts), unit="text", enabled=len(texts) > 16) as bar:
         answers = filler.predict(texts, args.top_k, progress=bar)

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 
+from kjax.cli.common import add_weights
 from kjax.config import leaves
 from kjax.finetune.registry import TASKS
 from kjax.finetune.readers import FORMATS
@@ -64,6 +65,7 @@ def register(verbs, add_config) -> None:
     p.add_argument("--init", required=True, metavar="WORKDIR_OR_CKPT",
                    help="pretraining workdir, its checkpoints/ or checkpoints/STEP; "
                    "'none' = random weights")
+    add_weights(p, "the --init run (sets finetune.init_weights)", default=None)
     p.add_argument("--out", required=True, metavar="DIR", help="metrics, predictions, "
                    "checkpoints (a killed run resumes from here)")
     p.add_argument("--seeds", type=parse_seeds, default=None, metavar="1,2,3",
@@ -79,11 +81,31 @@ def register(verbs, add_config) -> None:
     p.add_argument("--compare", default="", metavar="DIR,DIR",
                    help="with --every-checkpoint: earlier progress runs (their --out) drawn "
                    "in the same progress.png")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, before_load=weights_override)
+
+
+def weights_override(args) -> None:
+    """--weights is finetune.init_weights: an override of the config as it loads
+    (the loader's config is frozen: kjax/pretrain/run_load.py)."""
+    if args.weights:
+        args.overrides = [*args.overrides, f"--config.finetune.init_weights={args.weights}"]
+
+
+def check_init_weights(args, config) -> None:
+    """--weights (finetune.init_weights) against the --init run, in one line."""
+    from kjax.checkpoint.restore import check_weights
+    from kjax.errors import KjaxError
+    from kjax.finetune.pretrained import NO_INIT
+    weights = config.finetune.init_weights
+    if weights != "params" and args.init.lower() in NO_INIT:
+        raise KjaxError(f"--weights {weights}: it picks the weights of the --init run, and "
+                        f"--init {args.init} starts from random weights; name a run with --init")
+    check_weights(config, weights, args.init)
 
 
 def handle(args, config) -> int:
     from kjax.parallel.mesh import maybe_initialize_distributed
+    check_init_weights(args, config)
     maybe_initialize_distributed()
     if args.every_checkpoint:
         return _progress(args, config)

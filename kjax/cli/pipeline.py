@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from kjax.cli.common import format_table, print_json
+from kjax.cli.common import add_weights, format_table, print_json
 from kjax.tokens.stats import POS_CLASSES
 
 
@@ -54,6 +54,13 @@ def register(verbs, add_config) -> None:
                     "config's data, schedule and warmup (sets init.from_run; without --config, "
                     "the config RUN recorded, the overrides on top); ignored once --workdir has "
                     "checkpoints of its own")
+    tr.add_argument("--decay-from", default=None, metavar="RUN",
+                    help="a decay branch: continue another run's checkpoint (its workdir, "
+                    "checkpoints/ or checkpoints/STEP) — step counter, optimizer, EMA, data "
+                    "position — in --workdir with this config's schedule (wsd: the decay spans "
+                    "the branch; train.num_steps counts the parent's steps too). Sets "
+                    "init.from_run and init.mode=continue; without --config, the config RUN "
+                    "recorded, the overrides on top")
     tr.set_defaults(handler=run_train, distributed=True)
 
     ev = verbs.add_parser("eval", help="MLM/NSP loss and accuracy of a checkpoint on the "
@@ -62,6 +69,7 @@ def register(verbs, add_config) -> None:
     ev.add_argument("--workdir", required=True)
     ev.add_argument("--step", type=int, default=None, help="checkpoint step (default: the "
                     "newest that verifies; a damaged --step is refused)")
+    add_weights(ev)
     ev.set_defaults(handler=run_eval, distributed=True)
 
 
@@ -116,14 +124,14 @@ def run_prepare_beam(args, config) -> int:
 
 def run_train(args, config) -> int:
     from kjax.pretrain.trainer import train
-    if args.init_from:
-        config.init.from_run = args.init_from
-    result = train(config, args.workdir, stop_at=args.stop_at)
+    # the Run the loader made (kjax/pretrain/run_load.py: --init-from set, the
+    # config resolved against the workdir), with what it read of the workdir
+    result = train(args.run, args.workdir, stop_at=args.stop_at)
     print_json(result)
     return result.get("exit_code", 0)  # 143: stopped by SIGTERM after a clean save
 
 
 def run_eval(args, config) -> int:
     from kjax.pretrain.trainer import evaluate
-    print_json(evaluate(config, args.workdir, args.step))
+    print_json(evaluate(config, args.workdir, args.step, args.weights))
     return 0

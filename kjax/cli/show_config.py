@@ -109,11 +109,14 @@ def run_show(args, _config) -> int:
         return show_schedule(config, args.json)
     recorded = None
     if args.diff is not None:
+        from kjax.pretrain import run_folder
         path = recorded_config_path(args.diff)
         if not paths.isfile(path):
             raise KjaxError(f"--diff {args.diff}: no {path} (`kjax train` records a run's "
                             f"config there at its first step); pass a training run's workdir")
-        recorded = load_config(path)
+        record = run_folder.read_recorded(args.diff)
+        recorded = record.config
+        config = run_folder.as_the_run_takes_it(config, record)   # its paths as the run's
     found = rows(config, recorded)
     if args.json:
         print(json.dumps(found, ensure_ascii=False, indent=1, default=str))
@@ -145,4 +148,9 @@ def show_schedule(config, as_json: bool) -> int:
     width = len(str(t.num_steps))
     for step, lr, what in points:
         print(f"  step {step:>{width}}  lr {lr:.4e}" + (f"  {what}" if what else ""))
+    if t.batch_ramp:   # the batch of each step (the rate stays a function of the step)
+        from kjax.config.batch_ramp import describe
+        print(f"train.batch_ramp ({t.batch_ramp_unit}):")
+        for line in describe(config):
+            print(f"  {line}")
     return 0

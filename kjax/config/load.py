@@ -8,7 +8,16 @@ machinery (`config_flags` on a private absl FlagValues):
    keys it changes, or start from `kjax.config.defaults()`;
 3. the overrides are parsed by `config_flags.DEFINE_config_dict` on that
    full tree, each with its key's type (bool, int, float, str, tuple, dict);
-4. every value is checked against the schema, then section by section.
+4. every value is checked against the schema, then section by section;
+5. a value that starts with `{run}/` is a path inside the folder the file lies
+   in (`in_folder`): what `kjax train` records for the files it keeps in a run
+   folder (WORKDIR/kjax_config.py names WORKDIR/tokenizer/... so), so the file,
+   and with it the run, keeps working wherever the folder is moved or copied.
+
+Overrides go through one function, `apply_overrides`, whoever gives them: the
+command line's `--config.KEY=VALUE` strings (each parsed with its key's type),
+and a phase's or the compile checks' {dotted key: value} (each value checked
+against its key's type as a config file's are).
 
 Anything wrong is one KjaxError line, naming FILE:LINE for an error inside the
 file (a syntax error, an exception, a wrong type) and the key for an override.
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+from collections.abc import Mapping
 import re
 import sys
 import traceback
@@ -247,9 +257,15 @@ def _check_key(config: ConfigDict, dotted: str) -> None:
         node = node[key]
 
 
-def apply_overrides(config: ConfigDict, overrides: list[str]) -> ConfigDict:
-    """`--config.a.b=value` strings applied in place, each parsed by
-    config_flags with the type its key has in `config`."""
+def apply_overrides(config: ConfigDict, overrides, where: str = "") -> ConfigDict:
+    """Overrides applied to `config` in place (and returned): `--config.a.b=value`
+    strings, each parsed by config_flags with the type its key has in `config`
+    (the command line), or a mapping {"a.b": value} (a phase's overrides, the
+    compile checks'), each value checked against its key's schema type as a
+    config file's values are (an int fits a float key; a list becomes a tuple).
+    `where` prefixes an error ("phases[1] (seq512): ")."""
+    if isinstance(overrides, Mapping):
+        return _apply_values(config, overrides, where)
     overrides = list(overrides or [])
     for assignment in overrides:
         _check_key(config, _override_key(assignment)[0])
@@ -271,6 +287,29 @@ def apply_overrides(config: ConfigDict, overrides: list[str]) -> ConfigDict:
     return config
 
 
+def _apply_values(config: ConfigDict, values: Mapping, where: str) -> ConfigDict:
+    tree: dict = {}
+    for dotted, value in values.items():
+        *sections, leaf = str(dotted).split(".")
+        node = tree
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise KjaxError(f"{where}overrides set {dotted!r} and a section above it")
+        node[leaf] = value
+    config.update(conform(tree, SCHEMA, "", lambda key: where))
+    return config
+
+
+def copy_of(config) -> ConfigDict:
+    """A copy of `config` that may be assigned into (of a frozen one too:
+    FrozenConfigDict.as_configdict() is the frozen config's own ConfigDict,
+    which an assignment would change under every later as_configdict())."""
+    if isinstance(config, ml_collections.FrozenConfigDict):
+        config = config.as_configdict()
+    return config.copy_and_resolve_references()
+
+
 def apply_override(config: ConfigDict, assignment: str) -> None:
     """One `--config.a.b=value` (programmatic use, tests)."""
     apply_overrides(config, [assignment])
@@ -287,5 +326,26 @@ def load_config(path: str, overrides: list[str] | None = None) -> ConfigDict:
                         f"is no longer read; set the keys in get_config() as "
                         f"c.finetune.KEY = VALUE (docs/FINETUNE.md)")
     config = apply_overrides(_over_defaults(user, path, text), overrides or [])
+    in_folder(config, paths.parent(path))
     validate(config)
     return config
+
+
+RUN_FOLDER = "{run}"   # a value's prefix: the folder of the config file that holds it
+
+
+def in_folder(config: ConfigDict, folder: str) -> list[str]:
+    """Every string value `{run}/REST` of `config` set, in place, to `folder`/REST;
+    returns the dotted keys it set. `folder` is where the config file lies
+    (local or a URL): a run folder's kjax_config.py names the files the run
+    keeps inside it so, and they are found wherever the folder is."""
+    done = []
+    for key, value in list(config.items()):
+        if isinstance(value, ConfigDict):
+            done += [f"{key}.{k}" for k in in_folder(value, folder)]
+        elif isinstance(value, str) and (value == RUN_FOLDER or
+                                         value.startswith(RUN_FOLDER + "/")):
+            rest = value[len(RUN_FOLDER) + 1:]
+            config[key] = paths.join(folder, rest) if rest else folder
+            done.append(key)
+    return done

@@ -35,26 +35,23 @@ def platform_value(key: str, platform: str):
     return choices.get(platforms.normalize(platform), choices["default"])
 
 
-def keys_for(config) -> list[str]:
-    """The auto keys that act for `config`: model.scan_unroll only where layers
-    are scanned (arch bert, electra; modern's are always unrolled, and it refuses a value)."""
-    arch = config.model.get("arch", "bert") if "model" in config else "bert"
-    return [k for k in AUTO if k != "model.scan_unroll" or arch != "modern"]
-
-
 def value(config, dotted: str):
     """config's value of a dotted key ("train.dropout_rng")."""
     section, leaf = dotted.split(".")
     return config[section][leaf]
 
 
-def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
-    """Sets every key still at its auto value, in place: to the `recorded`
-    config's value where that one is concrete (a resumed run), else to the
-    platform's (default: kjax.config.platform's, the one traced for). Returns
-    `key=value` for each key it set."""
+def resolve(config, platform: str | None = None, recorded=None,
+            keys: tuple = tuple(AUTO)) -> list[str]:
+    """Sets every key of `keys` still at its auto value, in place: to the
+    `recorded` config's value where that one is concrete (a resumed run), else
+    to the platform's (default: kjax.config.platform's, the one traced for).
+    Returns `key=value` for each key it set. `keys`: the auto keys that act on
+    the config's architecture (kjax/model/arch: `architecture(config).auto_keys`;
+    the modern recipe has no scanned loop for model.scan_unroll, which it
+    refuses unless left at auto), which the verbs pass; default every one."""
     resolved = []
-    for dotted in keys_for(config):
+    for dotted in keys:
         auto, (section, leaf) = AUTO[dotted], dotted.split(".")
         if section not in config or config[section].get(leaf, auto) != auto:
             continue
@@ -68,11 +65,12 @@ def resolve(config, platform: str | None = None, recorded=None) -> list[str]:
     return resolved
 
 
-def resolved(config, platform: str | None = None):
-    """A copy of `config` with its auto keys set for `platform` (default: the one
-    traced for, else this backend); the config itself is left as it is."""
+def resolved(config, platform: str | None = None, keys: tuple = tuple(AUTO)):
+    """A copy of `config` with its auto keys (`keys`, as `resolve`'s) set for
+    `platform` (default: the one traced for, else this backend); the config
+    itself is left as it is."""
     copy = config.copy_and_resolve_references()
-    resolve(copy, platform)
+    resolve(copy, platform, keys=keys)
     return copy
 
 

@@ -3,10 +3,13 @@
 `kjax train` writes the resolved config (file + overrides, every key) to
 WORKDIR/kjax_config.py at the first step of each session (process 0; on
 gs:// too). It is an ordinary config file: `--config WORKDIR/kjax_config.py`
-loads it. eval, export, analyze, finetune (--init) and inspect read it when
-no --config is given, and when one is given that differs, they say which
-keys differ (stderr), so a mismatch is visible before any checkpoint is
-restored. `kjax import` writes the same file for an imported model.
+loads it, from anywhere (the files a run keeps in its folder are named
+`{run}/...`: kjax/config/load.py `in_folder`, kjax/pretrain/run_folder.py).
+eval, export, analyze, finetune (--init) and inspect read it when no
+--config is given, and when one is given that differs, they say which keys
+differ (stderr), so a mismatch is visible before any checkpoint is restored
+(kjax/pretrain/run_load.py reads it, once per command). `kjax import` writes
+the same file for an imported model.
 """
 from __future__ import annotations
 
@@ -67,7 +70,8 @@ def config_differences(old: ConfigDict, new: ConfigDict) -> list[str]:
             if a.get(k) != b.get(k) and AUTO.get(k, object()) not in (a.get(k), b.get(k))]
 
 
-def _summary(diffs: list[str]) -> str:
+def summary(diffs: list[str]) -> str:
+    """The differences in one note: the first MAX_SHOWN, and how many more."""
     more = f"; and {len(diffs) - MAX_SHOWN} more" if len(diffs) > MAX_SHOWN else ""
     return "; ".join(diffs[:MAX_SHOWN]) + more
 
@@ -94,21 +98,31 @@ def take_notes() -> list[str]:
     return held
 
 
-def record_config(config: ConfigDict, workdir: str) -> str:
-    """Writes WORKDIR/kjax_config.py (what this session trains with), saying
-    which keys changed if an earlier session recorded another config."""
+_READ = object()
+
+
+def record_config(config: ConfigDict, workdir: str, previous=_READ,
+                  written: ConfigDict | None = None) -> str:
+    """Writes WORKDIR/kjax_config.py: `written`, the file's form of `config`
+    (default `config` itself; a run names the files it keeps in its folder
+    `{run}/...`: kjax/pretrain/run_folder.py), saying which keys of `config`
+    changed if an earlier session recorded another config (`previous`: that
+    config as the caller read it, None for none; by default read here)."""
     path = recorded_config_path(workdir)
-    if paths.isfile(path):
+    if previous is _READ:
         try:
-            diffs = config_differences(load_config(path), config)
+            previous = load_config(path) if paths.isfile(path) else None
         except KjaxError:   # unreadable: it is replaced below
-            diffs = ["(the previous file did not load)"]
-        if diffs:
-            note(f"{workdir} was trained with another config before; {path} now records "
-                 f"this one ({_summary(diffs)})")
-    write_config_file(config, path, f"The resolved config `kjax train` ran with in {workdir}\n"
-                                     f"(written at its first step). Load it with "
-                                     f"--config {path}.")
+            previous = None
+            note(f"{workdir} was trained with another config before (the previous file did "
+                 f"not load); {path} now records this one")
+    diffs = [] if previous is None else config_differences(previous, config)
+    if diffs:
+        note(f"{workdir} was trained with another config before; {path} now records "
+             f"this one ({summary(diffs)})")
+    write_config_file(written or config, path,
+                      f"The resolved config `kjax train` ran with in {workdir}\n"
+                      f"(written at its first step). Load it with --config {path}.")
     return path
 
 
@@ -120,28 +134,3 @@ def workdir_of(path: str) -> str:
     if paths.name(path) == "checkpoints":
         return paths.parent(path)
     return path
-
-
-def load_run_config(config_path: str | None, overrides: list[str],
-                    workdir: str | None) -> ConfigDict:
-    """The config for a verb that works on a run: --config (+ overrides) when
-    given, noting keys that differ from the run's recorded config; else the
-    recorded config (+ overrides)."""
-    recorded = recorded_config_path(workdir_of(workdir)) if workdir else None
-    has_recorded = has_recorded_config(workdir_of(workdir) if workdir else None)
-    if config_path is None:
-        if not has_recorded:
-            where = f"{workdir} has no {RECORDED_CONFIG}" if workdir else "no --workdir given"
-            raise KjaxError(f"pass --config FILE ({where}; `kjax train` records the config of "
-                            f"a run there at its first step)")
-        config = load_config(recorded, overrides)
-        shown = f" with {' '.join(overrides)}" if overrides else ""
-        note(f"using the config recorded in {recorded}{shown}")
-        return config
-    config = load_config(config_path, overrides)
-    if has_recorded:
-        diffs = config_differences(load_config(recorded), config)
-        if diffs:
-            note(f"this config differs from the one {workdir_of(workdir)} was trained with "
-                 f"({recorded}): {_summary(diffs)}; leave out --config to use that one")
-    return config

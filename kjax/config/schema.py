@@ -5,8 +5,9 @@ types and ranges from it; `kjax config show` prints it.
 
 What a key is, and the shorthands below, are in kjax/config/schema_keys.py.
 Keys whose allowed values belong to a
-registry (model.input_mode: kjax/inputs; train.mlm_loss: kjax/objectives) are
-checked by that registry, so adding an input mode never touches this file.
+registry (model.arch: kjax/model/arch; model.input_mode: kjax/inputs;
+train.mlm_loss: kjax/objectives) are checked by that registry, so adding an
+architecture or an input mode never touches this file.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from kjax.config.schema_keys import Key, at_least, positive, share  # noqa: F401
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "flash")
-ARCHS = ("bert", "modern", "electra")
 OPTIMIZERS = ("adamw", "lamb", "adafactor", "stable_adamw")   # kjax/train/optimizers.py
 SCHEDULES = ("linear", "cosine", "wsd", "constant")           # kjax/train/schedules.py
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable",
@@ -37,12 +37,12 @@ LOGICAL_RULES = (
 )
 
 MODEL = {
-    "arch": Key("bert", "the encoder recipe: bert (post-LN, GELU, learned positions, token "
-                "types, biases, NSP head; kjax/model/encoder.py) or modern (ModernBERT: pre-LN, "
-                "RoPE, GeGLU, no biases, local/global attention, MLM only; kjax/model/modern.py) "
-                "or electra (a BERT-recipe discriminator trained by replaced-token detection "
-                "against a small generator that shares its embeddings; kjax/model/electra.py)",
-                choices=ARCHS),
+    "arch": Key("bert", "the encoder recipe, an architecture of kjax/model/arch: bert "
+                "(post-LN, GELU, learned positions, token types, biases, NSP head; "
+                "kjax/model/encoder.py) or modern (ModernBERT: pre-LN, RoPE, GeGLU, no biases, "
+                "local/global attention, MLM only; kjax/model/modern.py) or electra (a "
+                "BERT-recipe discriminator trained by replaced-token detection against a small "
+                "generator that shares its embeddings; kjax/model/electra.py)"),
     "vocab_size": at_least(1, 32000, "rows of the token embedding (the tokenizer's vocabulary size)"),
     "hidden_size": at_least(1, 768, "width of every layer (H)"),
     "embedding_size": at_least(0, 0, "width of the token/position/type embeddings (E), projected "
@@ -73,13 +73,13 @@ MODEL = {
     "dtype": Key("bfloat16", "compute dtype of activations and matmuls", choices=DTYPES),
     "param_dtype": Key("float32", "dtype of parameters and optimizer state", choices=DTYPES),
     "scan_layers": Key(True, "nn.scan over layers: compile time independent of depth (arch "
-                       "bert; modern's layers differ and are always unrolled)"),
+                       "bert and electra; modern's layers differ and are always unrolled)"),
     "scan_unroll": Key(-1, "layers per iteration of the scanned loop (scan_layers): the "
                        "parameter layout stays stacked, so any value restores the same "
                        "checkpoint; 0: all layers (no loop left, as unrolled layers run); -1: "
                        "the platform's (GPU 0, else 1; kjax/config/platform_defaults.py, "
-                       "recorded by kjax train). Arch bert only: modern refuses any value but "
-                       "-1", min=0, special=(-1,)),
+                       "recorded by kjax train). Arch bert and electra: modern refuses any "
+                       "value but -1", min=0, special=(-1,)),
     "remat_policy": Key("none", "rematerialisation of each layer in the backward pass",
                         choices=REMAT_POLICIES),
     "attention_impl": Key("auto", "which attention runs: xla (the explicit reference), "
@@ -163,7 +163,8 @@ DATA = {
     "dir": Key("runs/data", "prepared ArrayRecord shards"),
     "max_seq_len": at_least(5, 128, "tokens per example ([CLS] A [SEP] B [SEP] needs 5)"),
     "max_predictions_per_seq": at_least(1, 20, "MLM prediction slots per example"),
-    "masked_lm_prob": Key(0.15, "share of units masked", min=0, max=1, open_min=True,
+    "masked_lm_prob": Key(0.15, "share of units masked (data.mask_schedule: the rate it "
+                          "starts at)", min=0, max=1, open_min=True,
                           open_max=True),
     "short_seq_prob": share(0.1, "share of examples with a shorter target length",
                             closed_max=True),
@@ -180,6 +181,26 @@ DATA = {
     "docs_per_chunk": at_least(1, 2000, "documents per chunk (NSP negatives come from it)"),
     "eval_every_nth_doc": at_least(2, 50, "every n-th document is held out for eval"),
     "seed": at_least(0, 12345, "seed of examples, shuffling and masks"),
+    "sources": Key({}, "a weighted mixture of prepared sources (docs/PRETRAINING.md, \"Source "
+                   "mixtures\"): {NAME: {'dir': its prepared folder (default data.dir/NAME), "
+                   "'corpus': text `kjax prepare` prepares into that folder, 'weight': w (default "
+                   "1)}}; a phase changes one as 'data.sources.NAME.weight'; {}: the one source "
+                   "data.dir"),
+    "source_temperature": at_least(0, 0.0, "sources: sample source i with probability ∝ "
+                                   "weight_i · examples_i^τ (its prepared train examples; "
+                                   "mmBERT's τ 0.7 → 0.5 → 0.3 by phase); 0: by weight alone"),
+    "mask_schedule": Key("constant", "dynamic masking's rate within a run: constant "
+                         "(masked_lm_prob), or linear or cosine from masked_lm_prob to "
+                         "final_masked_lm_prob over mask_schedule_steps (docs/PRETRAINING.md, "
+                         "\"Mask-rate schedules\")", choices=("constant", "linear", "cosine")),
+    "final_masked_lm_prob": Key(0.15, "linear, cosine: the rate the schedule ends at (then kept)",
+                                min=0, max=1, open_min=True, open_max=True),
+    "mask_schedule_steps": at_least(0, 0, "linear, cosine: the steps from masked_lm_prob to "
+                                    "final_masked_lm_prob (0: train.num_steps)"),
+    "eval_masked_lm_prob": Key(0.0, "held-out masks drawn at this rate by (data.seed, eval "
+                               "example), whatever the training rate, so eval curves compare "
+                               "across phases (ModernBERT: 0.15); 0: the masks prepare stored",
+                               min=0, max=1, open_max=True),
 }
 
 TRAIN = {
@@ -188,7 +209,16 @@ TRAIN = {
                              "microbatches that run one after another in the step, their "
                              "gradients summed into one update (1: off); the result is the "
                              "whole batch's, so it may change between resumes of a run"),
-    "num_steps": at_least(1, 100_000, "steps of the schedule"),
+    "batch_ramp": Key((), "a batch-size ramp: ((until, batch), ...) stages run `batch` "
+                      "examples a step until `until` (train.batch_ramp_unit), then "
+                      "train.batch_size; each stage one compile, its batch in microbatches of "
+                      "batch_size / microbatches rows (kjax/config/batch_ramp.py); (): none"),
+    "batch_ramp_unit": Key("tokens", "what a batch_ramp stage's until counts: tokens "
+                           "(examples × data.max_seq_len; a stage ends at the first step that "
+                           "reaches it) or steps", choices=("tokens", "steps")),
+    "num_steps": at_least(1, 100_000, "steps of the schedule (with a batch_ramp: every "
+                          "stage's steps; a decay branch, init.mode=continue: the step it ends "
+                          "at, its parent's steps included)"),
     "learning_rate": positive(1e-4, "peak learning rate"),
     "warmup_steps": at_least(0, 10_000, "linear warmup steps from 0 to learning_rate (then "
                              "train.schedule: linear decay to 0 by default)"),
@@ -201,6 +231,9 @@ TRAIN = {
                                "(linear, cosine, wsd)", closed_max=True),
     "decay_fraction": share(0.1, "wsd: share of num_steps in the final decay",
                             closed_max=True),
+    "decay_steps": at_least(0, 0, "wsd: the steps of the final decay (0: decay_fraction of "
+                            "num_steps; a decay branch, init.mode=continue: every step after "
+                            "its parent's, num_steps − that step, resolved when it starts)"),
     "decay_shape": Key("sqrt", "wsd: the decay's shape, linear or sqrt (the factor "
                        "1 - sqrt(progress), ModernBERT's)", choices=("linear", "sqrt")),
     "optimizer": Key("adamw", "the update rule behind global-norm clipping "
@@ -214,6 +247,10 @@ TRAIN = {
     "b2": share(0.999, "Adam beta2"),
     "eps": at_least(0, 1e-6, "Adam epsilon"),
     "grad_clip_norm": positive(1.0, "global-norm gradient clipping"),
+    "ema_decay": share(0.0, "d of an exponential moving average of the parameters, kept in "
+                       "the state and checkpoints (decay min(d, t/(t+10)) at update t; "
+                       "kjax/train/ema.py); eval, export, fill-mask, finetune take it with "
+                       "--weights ema (0: none; 0.999 averages about the last 1000 steps)"),
     "nsp_weight": at_least(0, 1.0, "weight of the NSP loss (0: MLM only)"),
     "rtd_weight": positive(50.0, "electra: λ, the weight of the replaced-token-detection "
                            "loss beside the generator's MLM loss (ELECTRA: 50)"),
@@ -235,7 +272,8 @@ TRAIN = {
     "prefetch": at_least(0, 2, "batches prepared ahead on the host"),
     "loader_workers": at_least(0, 0, "grain worker processes building batches (mp_prefetch; "
                                "0: reader threads in the training process); the same batches "
-                               "for any value; keep it fixed across resumes of a run"),
+                               "for any value, and a resume may change it (train.packing: keep "
+                               "it fixed across resumes of a run)"),
     "packing": Key(False, "pack several examples into each row (first fit; segment ids keep "
                    "attention inside an example, positions restart; kjax/batches/packing.py): "
                    "no NSP, one-hot input, no knowledge heads or B"),
@@ -249,18 +287,11 @@ MESH = {
     "fsdp": at_least(1, 1, "FSDP axis size (-1: the devices left)", special=(-1,)),
     "tensor": at_least(1, 1, "tensor-parallel axis size (-1: the devices left)", special=(-1,)),
     "rules": Key(LOGICAL_RULES, "logical axis → mesh axes, e.g. ('embed', 'fsdp')"),
-    "shard_update": Key(True, "ZeRO over mesh.data: the parameters' fp32 master copy and the "
-                        "optimizer state are kept sliced over the data axis; a step all-gathers "
-                        "the parameters once, reduce-scatters the gradients once and each device "
-                        "updates its slice (kjax/train/accumulation.py): the update's HBM traffic "
-                        "and the state's memory ÷ mesh.data, the same numbers; false: "
-                        "replicated, every device updating all of them. A resume may change it"),
-    "fsdp_gather": Key("step", "with mesh.fsdp > 1 and train.microbatches > 1: step gathers "
-                       "the parameters once a step and sums unsharded fp32 gradients, "
-                       "reduce-scattered once (the memory of unsharded parameters and "
-                       "gradients); microbatch gathers them and reduce-scatters the gradients "
-                       "every microbatch (FSDP's memory, k times its communication)",
-                       choices=("step", "microbatch")),
+    "shard_update": Key(True, "ZeRO over mesh.data: params' fp32 copy and optimizer state sliced "
+                        "over data, gathered / reduce-scattered once a step, each device "
+                        "updating its slice (train/accumulation.py); false: replicated"),
+    "fsdp_gather": Key("step", "fsdp > 1, microbatches > 1: parameters gathered once a step, or "
+                       "every microbatch (less memory, k× traffic)", choices=("step", "microbatch")),
 }
 
 FINETUNE_SHAKE = {
@@ -304,6 +335,9 @@ FINETUNE = {
     "max_query_len": at_least(1, 64, "qa: question tokens kept (the rest is cut)"),
     "max_answer_len": at_least(1, 30, "qa: longest answer span, in model positions"),
     "n_best": at_least(1, 20, "qa: start and end candidates per window when decoding"),
+    "init_weights": Key("params", "which weights of the --init checkpoint: params, or ema "
+                        "(their moving average: a run with train.ema_decay > 0); --weights "
+                        "sets it", choices=("params", "ema")),
     "shake": FINETUNE_SHAKE,
 }
 
@@ -327,12 +361,22 @@ RETIRED = {
 INIT = {
     "from_run": Key("", "start from another run's parameters: its workdir, checkpoints/ or "
                     "checkpoints/STEP (kjax train --init-from); '': a fresh init"),
-    "optimizer": Key("fresh", "with from_run: fresh (a new optimizer state) or keep (the "
-                     "parent's, same optimizer and shapes); the schedule is the new run's, "
-                     "from step 0, either way", choices=("fresh", "keep")),
+    "mode": Key("phase", "with from_run: phase (a new run from the parent's parameters: its "
+                "own step counter from 0, schedule, warmup and data iterator) or continue (a "
+                "decay branch, kjax train --decay-from: the parent's whole state — step "
+                "counter, optimizer, EMA, data position and per-source counters — continued "
+                "with this config's schedule; kjax/pretrain/branch.py)",
+                choices=("phase", "continue")),
+    "optimizer": Key("fresh", "a phase (init.mode=phase): fresh (a new optimizer state) or "
+                     "keep (the parent's moments, same optimizer and shapes); the schedule is "
+                     "the phase's, from step 0, either way (a decay branch keeps the parent's)",
+                     choices=("fresh", "keep")),
     "new_positions": Key("init", "rows a longer position table gains over the parent's: init "
                          "(freshly initialised) or copy (the parent's rows repeated, as "
                          "KoBigBird grew BERT's)", choices=("init", "copy")),
+    "weights": Key("params", "a phase: which of the parent's weights to start from, "
+                   "params or ema (their moving average: a parent with train.ema_decay > 0)",
+                   choices=("params", "ema")),
 }
 
 SCHEMA = {

@@ -1,16 +1,20 @@
 """Config checks that need nothing but the config: each key's type and
 allowed values (from the schema), then each section's consistency. They run
 when a config is loaded, before anything is compiled. Checks that ask the
-input-mode and objective registries (which scheme a mode needs, which MLM
-losses it allows, ...) run in `kjax.objectives.check_config`; checks against
-the devices in `kjax.parallel.mesh.check_mesh`.
+architecture, input-mode and objective registries (what an architecture
+cannot run, which scheme a mode needs, which MLM losses it allows, ...) run
+in `kjax.objectives.check_config`; checks against the devices in
+`kjax.parallel.mesh.check_mesh`.
 """
 from __future__ import annotations
 
 import math
 import re
 
+from kjax.config.batch_ramp import check_ramp
+from kjax.config.mask_schedule import highest_rate, scheduled
 from kjax.config.schema import MESH_AXES, SCHEMA
+from kjax.config.sources import check_sources
 from kjax.config.tiles import parse_tiles
 from kjax.errors import KjaxError
 
@@ -70,15 +74,7 @@ def validate_model(c) -> None:
                         f"{m.num_layers} layers; give one per layer or ()")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in per_layer):
         raise KjaxError(f"model.shake_factor_per_layer={tuple(per_layer)}: give numbers")
-    if m.arch == "modern" and m.scan_unroll != -1:   # its layers differ: never a scanned loop
-        raise KjaxError(f"model.scan_unroll={m.scan_unroll} does nothing with "
-                        f"model.arch='{m.arch}' (its layers are unrolled, never scanned): leave "
-                        f"it at -1 (a run kjax 0.1.0 recorded: set it to -1 in its "
-                        f"kjax_config.py)")
     if m.embedding_size not in (0, m.hidden_size):
-        if m.arch == "modern":
-            raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size) needs "
-                            f"model.arch='bert' or 'electra'; set model.embedding_size=0")
         k = c.knowledge
         if k.hypernym_weight > 0 or k.sense_weight > 0 or k.verb_weight > 0:
             raise KjaxError(f"model.embedding_size={m.embedding_size} (≠ hidden_size): the "
@@ -116,6 +112,33 @@ def validate_data(c) -> None:
     if c.tokenizer.scheme == "multihot" and d.mask_unit == "token":
         raise KjaxError("data.mask_unit='token' would split multi-hot morphemes; use "
                         "'morpheme' or 'eojeol' with tokenizer.scheme=multihot")
+    check_sources(c)
+    validate_mask_rates(c)
+
+
+def validate_mask_rates(c) -> None:
+    """A schedule needs dynamic masking, and the prediction slots must hold
+    the highest rate drawn (training or held out) of the longest example."""
+    d = c.data
+    if scheduled(d) and d.masking == "static":
+        raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} needs data.masking='dynamic' "
+                        f"(static masks were drawn once, at prepare, at one rate); set "
+                        f"--config.data.masking=dynamic or data.mask_schedule='constant'")
+    if scheduled(d) and c.train.packing:
+        raise KjaxError(f"data.mask_schedule={d.mask_schedule!r} with train.packing=True: a "
+                        f"packed row holds a varying number of examples, so the step a record "
+                        f"lands in is not known when it is masked; set train.packing=False, or "
+                        f"give each phase its own constant data.masked_lm_prob")
+    if not scheduled(d) and not d.eval_masked_lm_prob:
+        return   # one rate, as before: prepare's slots were sized for it
+    maskable = d.max_seq_len - 3   # [CLS] A [SEP] B [SEP]
+    need = int(round(highest_rate(d) * maskable))
+    if d.max_predictions_per_seq < need:
+        raise KjaxError(f"data.max_predictions_per_seq={d.max_predictions_per_seq} cannot hold "
+                        f"the highest mask rate's predictions ({highest_rate(d):g} of "
+                        f"{maskable} maskable tokens: {need}); set "
+                        f"--config.data.max_predictions_per_seq={need} (and prepare the data "
+                        f"again: it records the slots)")
 
 
 PROFILE_STEPS = re.compile(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*")
@@ -133,9 +156,12 @@ def profile_steps(value: str) -> tuple[int, int] | None:
 
 
 def wsd_decay_steps(train_cfg) -> int:
-    """Steps in wsd's decay: the last decay_fraction share of num_steps (the
-    schedule, kjax/train/schedules.py, takes it from here)."""
-    return int(round(train_cfg.get("decay_fraction", 0.1) * train_cfg.num_steps))
+    """Steps in wsd's decay: train.decay_steps, or (0) the last decay_fraction
+    share of num_steps (the schedule, kjax/train/schedules.py, takes it from
+    here; a decay branch's 0 is set to its steps: kjax/pretrain/branch.py)."""
+    steps = train_cfg.get("decay_steps", 0)
+    return int(steps) if steps else int(round(train_cfg.get("decay_fraction", 0.1)
+                                              * train_cfg.num_steps))
 
 
 def validate_train(c) -> None:
@@ -147,14 +173,16 @@ def validate_train(c) -> None:
     if r.schedule == "wsd":
         decay = wsd_decay_steps(r)
         if r.warmup_steps + decay > r.num_steps:
+            given = f"train.decay_steps={r.decay_steps}" if r.decay_steps else \
+                f"train.decay_fraction={r.decay_fraction} of train.num_steps={r.num_steps}"
             raise KjaxError(f"train.schedule='wsd': train.warmup_steps={r.warmup_steps} + "
-                            f"{decay} decay steps (train.decay_fraction={r.decay_fraction} of "
-                            f"train.num_steps={r.num_steps}) exceed num_steps; lower "
-                            f"warmup_steps or decay_fraction, or raise num_steps")
+                            f"{decay} decay steps ({given}) exceed num_steps={r.num_steps}; "
+                            f"lower warmup_steps or the decay, or raise num_steps")
     if r.batch_size % r.microbatches:
         raise KjaxError(f"train.microbatches={r.microbatches} does not divide train.batch_size="
                         f"{r.batch_size}; give a divisor of the batch (each microbatch holds "
                         f"batch_size / microbatches examples)")
+    check_ramp(c)
 
 
 def validate_mesh(c) -> None:

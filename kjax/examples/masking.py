@@ -40,12 +40,14 @@ def mask_tokens(example: dict, config, rng: np.random.Generator,
     """Adds masks to an example: input_ids masked, mlm_positions (token
     positions) and mlm_ids (their original ids). Specials are never masked.
     `position_ids`: per token, the model position it feeds (-1: special), when
-    positions are not tokens (the input mode's `mask_positions`)."""
+    positions are not tokens (the input mode's `mask_positions`). The rate is
+    the example's `mask_rate` where the loader set one (a mask-rate schedule,
+    held-out masks at data.eval_masked_lm_prob), else data.masked_lm_prob."""
     d, key = config.data, unit_key(config)
     masked, positions, targets = choose_masks(
         example["input_ids"], example[key] if key else None, example["word_ids"] >= 0, rng,
-        d.masked_lm_prob, d.max_predictions_per_seq, config.model.vocab_size,
-        position_ids=position_ids)
+        float(example.get("mask_rate", d.masked_lm_prob)), d.max_predictions_per_seq,
+        config.model.vocab_size, position_ids=position_ids)
     return {**example, "input_ids": masked, "mlm_positions": positions, "mlm_ids": targets}
 
 
@@ -149,6 +151,16 @@ def choose_masks(input_ids: np.ndarray, unit_ids: np.ndarray | None, maskable: n
         # else: keep the original tokens (still predicted)
     positions = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)
     return out, positions.astype(np.int32), input_ids[positions].astype(np.int32)
+
+
+def unmasked(example: dict) -> dict:
+    """A statically masked example as it was before masking (its original ids
+    put back at its mlm_positions), with no masks: what dynamic masking draws
+    from."""
+    ids = np.array(example["input_ids"])
+    ids[np.asarray(example["mlm_positions"], np.int64)] = example["mlm_ids"]
+    return {k: v for k, v in example.items() if k not in ("mlm_positions", "mlm_ids")} | {
+        "input_ids": ids}
 
 
 def example_rng(seed: int, index: int, epoch: int = 0) -> np.random.Generator:

@@ -1,11 +1,11 @@
-"""`kjax export` of a BERT-recipe run: checkpoint → transformers folder
-(weights, config, tokenizer, model card, kjax_export.json), loaded back and
-compared with kjax.
+"""`kjax export` of a BERT-recipe run (format `bert`, kjax/export/formats.py):
+checkpoint → transformers folder (weights, config, tokenizer, model card,
+kjax_export.json), loaded back and compared with kjax.
 
-The top of the export package: it chooses the writer (hf_export.py for BERT
-and multi-hot models, electra_export.py for models with an embedding
-projection) and hands the model card (model_card.py) what was written.
-None of those imports this module, so the arrows run one way.
+It chooses the writer (hf_export.py for BERT and multi-hot models,
+narrow_embedding_export.py for models with an embedding projection) and
+hands the model card (model_card.py) what was written. None of those
+imports this module, so the arrows run one way.
 
 By default the heads the run trained are written, and nothing that did not
 train: MLM + NSP → BertForPreTraining; MLM alone (train.nsp_weight = 0) →
@@ -25,9 +25,9 @@ import os
 
 from kjax.checkpoint.restore import restore_params
 from kjax.errors import KjaxError
-from kjax.export import electra_export as ee
 from kjax.export import hf_export as hx
 from kjax.export import multihot_export as mx
+from kjax.export import narrow_embedding_export as ne
 from kjax.export.model_card import write_model_card
 from kjax.export.tokenizer_export import export_tokenizer
 from kjax.inputs import input_mode
@@ -47,15 +47,15 @@ def exported_heads(config, enc: EncoderConfig, with_heads: bool) -> frozenset[st
 def architecture(enc: EncoderConfig, heads: frozenset[str]) -> str:
     """The transformers class the folder is written as."""
     if enc.projects_embeddings:   # E < H: BERT has no embeddings_project, ELECTRA has
-        return ee.architecture(hx.MLM_HEAD <= heads)
+        return ne.architecture(hx.MLM_HEAD <= heads)
     return hx.architecture(enc, heads)
 
 
 def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
                       dtype: str = "float32", with_heads: bool = True,
-                      verify: bool = True) -> dict:
+                      verify: bool = True, weights: str = "params") -> dict:
     """`kjax export`: checkpoint → transformers folder (weights, config,
-    tokenizer, model card)."""
+    tokenizer, model card); `weights`: the checkpoint's params or their EMA."""
     from kjax import paths
     from kjax.tokens.factory import local_tokenizer
     input_mode(config).export_check(config)   # a mode transformers cannot run: one line
@@ -63,7 +63,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
     if enc.projects_embeddings and mx.is_multihot(enc):
         raise KjaxError(f"model.embedding_size={enc.embedding_size} ≠ hidden_size: a multi-hot "
                         f"model with an embedding projection has no transformers class yet")
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     heads = exported_heads(config, enc, with_heads)
     with_heads = hx.MLM_HEAD <= heads
     # transformers writes and reads local folders: a gs:// --out is written to a
@@ -72,8 +72,8 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         # the tokenizer first: a missing one fails before the weights are written
         tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
         if enc.projects_embeddings:
-            keys = ee.write_electra(params, enc, local_out, with_heads, dtype)
-            diffs = ee.verify_electra(params, enc, local_out, with_heads, dtype) \
+            keys = ne.write_electra(params, enc, local_out, with_heads, dtype)
+            diffs = ne.verify_electra(params, enc, local_out, with_heads, dtype) \
                 if verify else None
         else:
             keys = hx.write_hf_model(params, enc, local_out, heads, dtype)
@@ -82,14 +82,16 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         written_as = architecture(enc, heads)
         write_model_card(config, workdir, local_out, step, written_as,
                          with_heads, dtype, tokenizer, shown_as=out_dir,
-                         pooler="pooler" in heads)
+                         pooler="pooler" in heads, weights=weights)
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
             json.dump({"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                       "step": step, "dtype": dtype, "architecture": written_as,
+                       "step": step, "weights": weights, "dtype": dtype,
+                       "architecture": written_as,
                        "objectives": objectives_title(config),
                        "with_pretraining_heads": with_heads, "heads": sorted(heads),
                        "tokenizer": tokenizer, "verified_max_abs_diff": diffs},
                       f, ensure_ascii=False, indent=1)
-    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+    return {"out": out_dir, "step": step, "weights": weights, "tensors": len(keys),
+            "dtype": dtype,
             "architecture": written_as,
             "tokenizer": tokenizer["class"], "verified_max_abs_diff": diffs}

@@ -19,7 +19,7 @@ class follows from it — MLM + NSP: BertForPreTraining; MLM alone:
 BertForMaskedLM (no pooler: it trained only through NSP); none: BertModel.
 
 Multi-hot models (input_mode='multihot') add E_inpos/E_postag and load through
-remote code: multihot_export.py. ELECTRA (electra_export.py) and `kjax export`
+remote code: multihot_export.py. ELECTRA (narrow_embedding_export.py) and `kjax export`
 (checkpoint_export.py) build on this module; it imports neither.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ are read with safetensors, or `torch.load(weights_only=True)` for .bin files.
 - ELECTRA discriminator: the encoder only (its replaced-token head is not a
   kjax head); an embedding_size below hidden_size (KoELECTRA-small) becomes
   model.embedding_size, with `embeddings_project` after the embeddings' LayerNorm.
-  With its generator it is one ELECTRA run instead: kjax/export/electra_import.py.
+  With its generator it is one ELECTRA run instead: kjax/export/electra_pair_import.py.
 - kjax multi-hot (model_type "kjax_multihot", written by `kjax export`): BERT
   plus E_inpos/E_postag; the config becomes input_mode='multihot', and a
   one-hot base config is switched to the multihot tokenizer scheme, the Eq. 9
@@ -33,8 +33,8 @@ import numpy as np
 
 from kjax import paths
 from kjax.errors import KjaxError
-from kjax.export import electra_export as ee
 from kjax.export import multihot_export as mx
+from kjax.export import narrow_embedding_export as ne
 from kjax.inputs import MODES, input_mode
 from kjax.export.hf_export import (BERT_HEADS, BERT_MLM_BIAS, EMBEDDINGS, LAYER, POOLER,
                                    _set, module_from_torch, stack_layers)
@@ -44,7 +44,8 @@ ROBERTA_HEADS = (("lm_head.dense", ("mlm_transform",), "dense"),
                  ("lm_head.layer_norm", ("mlm_layer_norm",), "ln"))
 # What grain's iterator over kjax's train dataset reports before its first batch.
 FRESH_LOADER_STATE = {"next_index": 0}
-ARCHITECTURES = {
+# transformers' model_type → where its tensors live (prefix) and its MLM head's names.
+MODEL_TYPES = {
     "bert": {"prefix": "bert", "heads": BERT_HEADS, "mlm_bias": BERT_MLM_BIAS},
     "roberta": {"prefix": "roberta", "heads": ROBERTA_HEADS, "mlm_bias": "lm_head.bias"},
     "electra": {"prefix": "electra", "heads": (), "mlm_bias": None},
@@ -60,8 +61,8 @@ def read_hf_config(hf_dir: str) -> dict:
     with open(path, encoding="utf-8") as f:
         hf = json.load(f)
     kind = hf.get("model_type")
-    if kind not in ARCHITECTURES:
-        raise KjaxError(f"{path}: model_type={kind!r}; kjax imports {', '.join(ARCHITECTURES)}")
+    if kind not in MODEL_TYPES:
+        raise KjaxError(f"{path}: model_type={kind!r}; kjax imports {', '.join(MODEL_TYPES)}")
     checks = {"hidden_act": (hf.get("hidden_act", "gelu"), "gelu"),
               "position_embedding_type": (hf.get("position_embedding_type", "absolute"),
                                           "absolute"),
@@ -138,8 +139,8 @@ def position_offset(hf: dict) -> int:
 def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
                  ) -> tuple[dict, list[str], list[str]]:
     """(params found, kjax modules the source lacks, source tensors not used)."""
-    arch = ARCHITECTURES[hf["model_type"]]
-    prefix = arch["prefix"]
+    layout = MODEL_TYPES[hf["model_type"]]
+    prefix = layout["prefix"]
     # LayerNorm gamma/beta: the names of checkpoints converted from TensorFlow.
     tensors = {k.replace("LayerNorm.gamma", "LayerNorm.weight")
                 .replace("LayerNorm.beta", "LayerNorm.bias"): v for k, v in tensors.items()}
@@ -147,7 +148,7 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
         tensors = {f"{prefix}.{k}" if k.startswith(("embeddings.", "encoder.", "pooler."))
                    else k: v for k, v in tensors.items()}   # saved from the bare model
     if any(k.startswith("generator_predictions.") for k in tensors):
-        arch = {**arch, "heads": ee.HEADS, "mlm_bias": ee.MLM_BIAS}
+        layout = {**layout, "heads": ne.HEADS, "mlm_bias": ne.MLM_BIAS}
     used: set[str] = set()
 
     def take(name: str, kind: str, required: bool = True):
@@ -180,15 +181,15 @@ def hf_to_params(tensors: dict[str, np.ndarray], hf: dict, enc: EncoderConfig
     params["encoder"] = stack_layers(layers, enc.scan_layers)
     missing = []
     for name, path, kind in (tuple((f"{prefix}.{n}", p, k) for n, p, k in POOLER)
-                             + arch["heads"]):
+                             + layout["heads"]):
         module = take(name, kind, required=False)
         if module is None:
             missing.append(path[0])
         else:
             _set(params, path, module)
-    if arch["mlm_bias"] and arch["mlm_bias"] in tensors:
-        params["mlm_bias"] = tensors[arch["mlm_bias"]]
-        used.add(arch["mlm_bias"])
+    if layout["mlm_bias"] and layout["mlm_bias"] in tensors:
+        params["mlm_bias"] = tensors[layout["mlm_bias"]]
+        used.add(layout["mlm_bias"])
     else:
         missing.append("mlm_bias")
     missing += [h for h in ("mlm_transform", "mlm_layer_norm", "nsp")
@@ -267,8 +268,11 @@ def import_tokenizer(hf_dir: str, hf: dict, workdir: str, config) -> str | None:
 
 
 def write_config_file(config, path: str, source: str) -> None:
+    """The import's config file; the tokenizer it copied beside it named
+    `{run}/tokenizer.json`, so the folder works moved (kjax/pretrain/run_folder.py)."""
     from kjax.config.recorded import write_config_file as write
-    write(config, path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
+    from kjax.pretrain.run_folder import named_in_folder
+    write(named_in_folder(config, paths.parent(path)), path, f"Written by `kjax import --hf {source}`: the imported model's settings\n"
                         f"(model.*) on top of the base config; tokenizer.scheme='imported' when the\n"
                         f"folder had a tokenizer (copied to tokenizer.path): docs/EXPORT.md.")
 
@@ -307,13 +311,15 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
     from flax import traverse_util
     from kjax.checkpoint.manager import Checkpointer
     from kjax.config.platform_defaults import resolved
+    from kjax.model.arch import architecture
     from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
+    from kjax.train import ema
     from kjax.train.state import abstract_state, make_model, make_optimizer
     check_config(config)
     # Models are built from resolved configs; the file keeps the auto values, for
     # the platform `kjax train` runs on to resolve (they change no parameter).
-    built = resolved(config)
+    built = resolved(config, keys=architecture(config).auto_keys)
     tx = make_optimizer(built.train)
     model = make_model(built, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
@@ -331,9 +337,10 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
                           for p in absent})
     params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))  # as init_state
-    state = {"step": np.zeros((), np.int32), "params": params,
-             "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
-             "rng": jax.random.key_data(dropout_rng)}
+    state = ema.with_ema(built.train, {   # its EMA, if the config keeps one: the params
+        "step": np.zeros((), np.int32), "params": params,
+        "opt_state": tx.init(params),   # fresh AdamW: zero moments, count 0
+        "rng": jax.random.key_data(dropout_rng)})
     state = jax.device_put(state, shardings)
     checkpoints = Checkpointer(paths.join(workdir, "checkpoints"),
                                config.train.checkpoint_every, config.train.keep_checkpoints)

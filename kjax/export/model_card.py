@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from kjax.config.mask_schedule import scheduled
+from kjax.config.sources import sources
 from kjax.export import multihot_export as mx
 from kjax.model.config import EncoderConfig
 from kjax.objectives import objectives_title, reported_metrics, trained_head_params
@@ -14,6 +16,23 @@ from kjax.pretrain.phases import describe, read_lineage
 EXAMPLE = "대한민국의 수도는 서울이다."
 MASKED = "대한민국의 수도는 [MASK]이다."
 MASKED_GLUED = "저는 커피[MASK] 좋아합니다."   # a particle: one piece in any vocabulary
+
+
+def corpus_text(config) -> str:
+    """The corpus, or a mixture's sources and weights (data.sources)."""
+    found = sources(config)
+    if not found:
+        return f"`{config.data.corpus}`"
+    tau = config.data.source_temperature
+    return "a mixture of " + ", ".join(f"`{s.name}` ({s.weight:g})" for s in found) + (
+        f", weights × examples^{tau:g}" if tau else "")
+
+
+def masking_text(d) -> str:
+    """"15 %" or a schedule's "30 % → 15 % (linear)"."""
+    if not scheduled(d):
+        return f"{d.masked_lm_prob:.0%}"
+    return f"{d.masked_lm_prob:.0%} → {d.final_masked_lm_prob:.0%} ({d.mask_schedule})"
 
 
 def _last_metrics(workdir: str) -> dict[str, dict]:
@@ -31,6 +50,10 @@ def lineage_lines(workdir: str) -> list[str]:
     """Where the run's parameters came from, parent by parent (kjax/pretrain/phases.py)."""
     lines, lineage = [], read_lineage(workdir)
     while lineage:
+        if "averaged" in lineage:   # `kjax average`: its sources, each with its fingerprint
+            fingerprints = ", ".join(s["fingerprint"] for s in lineage["averaged"])
+            lines.append(f"- {describe(lineage)} (checkpoint fingerprints {fingerprints})")
+            break
         lines.append(f"- started {describe(lineage)} (checkpoint fingerprint "
                      f"{lineage['parent_fingerprint']})")
         lineage = lineage.get("parent_lineage")
@@ -104,10 +127,11 @@ def usage(folder: str, multihot: bool, remote_tokenizer: bool, with_heads: bool,
 
 def write_model_card(config, workdir: str, out_dir: str, step: int, architecture: str,
                      with_heads: bool, dtype: str, tokenizer: dict,
-                     shown_as: str | None = None, pooler: bool = True) -> str:
+                     shown_as: str | None = None, pooler: bool = True,
+                     weights: str = "params") -> str:
     """README.md: what was trained, on what, for how long, and how it ended
     (`shown_as`: the folder's name in the usage lines, when written elsewhere;
-    `pooler`: whether the folder holds one). Only the objectives the run's
+    `pooler`: whether the folder holds one; `weights`: params or ema). Only the objectives the run's
     config turned on are named and reported, only heads that trained written."""
     m, d, t = config.model, config.data, config.train
     enc = EncoderConfig.from_config(m)
@@ -139,13 +163,16 @@ def write_model_card(config, workdir: str, out_dir: str, step: int, architecture
                  if multihot else ""), "",
              "## Training",
              f"- objectives: {trained}",
-             f"- corpus: `{d.corpus}`; examples: max_seq_len {d.max_seq_len}, "
-             f"{d.masked_lm_prob:.0%} masking of `{d.mask_unit}` units ({d.masking})",
+             f"- corpus: {corpus_text(config)}; examples: max_seq_len {d.max_seq_len}, "
+             f"{masking_text(d)} masking of `{d.mask_unit}` units ({d.masking})",
              f"- batch {t.batch_size}" + (f" ({t.microbatches} microbatches a step)"
                                           if t.microbatches > 1 else "")
              + f", {t.optimizer}, learning rate {t.learning_rate} ({t.schedule}), warmup "
              f"{t.warmup_steps}, weight decay {t.weight_decay}",
              *lineage_lines(workdir),
+             *([f"- weights: the exponential moving average of the parameters "
+                f"(train.ema_decay {t.ema_decay}), not the step's parameters"]
+               if weights == "ema" else []),
              f"- tokenizer: `{config.tokenizer.scheme}` → {tokenizer['class']}", ""]
     metrics = _last_metrics(workdir)
     if metrics:

@@ -31,9 +31,11 @@ import os
 import numpy as np
 
 from kjax.errors import KjaxError
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
 
 ARCHITECTURE = "ModernBertForMaskedLM"
+MODEL_TYPE = "modernbert"   # config.json's, and the export format's name (formats.py)
 
 
 def _layers(params: dict, enc: EncoderConfig):
@@ -95,7 +97,7 @@ def modernbert_config(enc: EncoderConfig, dtype: str = "float32", special_ids=No
     """transformers' ModernBertConfig for `enc` (`special_ids`: pad/cls/sep/bos/eos
     token ids of the tokenizer; default 0)."""
     from transformers import ModernBertConfig
-    if enc.arch != "modern":
+    if architecture(enc).export_format != MODEL_TYPE:
         raise KjaxError(f"model.arch={enc.arch}: only the modern recipe exports to ModernBERT")
     ids = {"pad_token_id": 0, "cls_token_id": 0, "sep_token_id": 0, "bos_token_id": 0,
            "eos_token_id": 0, **(special_ids or {})}
@@ -121,7 +123,7 @@ def modernbert_config(enc: EncoderConfig, dtype: str = "float32", special_ids=No
 def encoder_config(hf: dict, base: EncoderConfig | None = None) -> EncoderConfig:
     """The kjax modern EncoderConfig a ModernBERT config.json describes."""
     import dataclasses
-    if hf.get("model_type") != "modernbert":
+    if hf.get("model_type") != MODEL_TYPE:
         raise KjaxError(f"model_type {hf.get('model_type')!r} is not modernbert")
     for key in ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias"):
         if hf.get(key):
@@ -167,8 +169,7 @@ def jax_mlm_logits(params: dict, enc: EncoderConfig, input_ids, attention_mask) 
     import dataclasses
 
     import jax.numpy as jnp
-    from kjax.model.modern import ModernBertForPreTraining
-    model = ModernBertForPreTraining(dataclasses.replace(enc, dtype="float32"))
+    model = architecture(enc).build(dataclasses.replace(enc, dtype="float32"))
     ids = jnp.asarray(input_ids)
     out = model.apply({"params": params}, ids, jnp.zeros_like(ids), jnp.asarray(attention_mask))
     return np.asarray(out["mlm_logits"])
@@ -225,9 +226,15 @@ def special_ids() -> dict:
 
 
 def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = None,
-                      dtype: str = "float32", verify: bool = True) -> dict:
+                      dtype: str = "float32", with_heads: bool = True,
+                      verify: bool = True, weights: str = "params") -> dict:
     """`kjax export` of a modern run: ModernBertForMaskedLM folder (weights,
-    config, tokenizer, README), loaded back and compared with kjax (≤ 1e-5, fp32)."""
+    config, tokenizer, README), loaded back and compared with kjax (≤ 1e-5, fp32).
+    Always with its MLM head: `with_heads=False` (--encoder-only) is refused."""
+    if not with_heads:
+        raise KjaxError("--encoder-only: a modern-recipe run exports as "
+                        "ModernBertForMaskedLM, whose encoder AutoModel loads from the same "
+                        "folder; drop --encoder-only")
     from transformers import AutoModelForMaskedLM
 
     from kjax import paths
@@ -240,7 +247,7 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
         raise KjaxError(f"model.input_mode={enc.input_mode}: ModernBERT embeds one token per "
                         f"position; only one-hot modes of the modern recipe export")
     input_mode(config).export_check(config)
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
         tokenizer = export_tokenizer(tok_config, local_out, shown_as=out_dir)
         keys = write_modernbert(params, enc, local_out, dtype, special_ids())
@@ -270,10 +277,11 @@ def export_checkpoint(config, workdir: str, out_dir: str, step: int | None = Non
                     f"AutoModelForMaskedLM.from_pretrained({out_dir!r})\n{tokenizer['usage']}"
                     f"\n```\n")
         with open(os.path.join(local_out, "kjax_export.json"), "w", encoding="utf-8") as f:
-            json.dump({"workdir": workdir, "step": step, "dtype": dtype,
+            json.dump({"workdir": workdir, "step": step, "weights": weights, "dtype": dtype,
                        "architecture": ARCHITECTURE, "tokenizer": tokenizer,
                        "verified_max_abs_diff": diff}, f, ensure_ascii=False, indent=1)
-    return {"out": out_dir, "step": step, "tensors": len(keys), "dtype": dtype,
+    return {"out": out_dir, "step": step, "weights": weights, "tensors": len(keys),
+            "dtype": dtype,
             "architecture": ARCHITECTURE, "tokenizer": tokenizer["class"],
             "verified_max_abs_diff": diff}
 
@@ -288,6 +296,7 @@ def import_modernbert(hf_dir: str, workdir: str, base_config, config_out: str | 
     from kjax.export.hf_import import FRESH_LOADER_STATE, write_config_file
     from kjax.objectives import check_config
     from kjax.parallel.mesh import make_mesh
+    from kjax.train import ema
     from kjax.train.state import abstract_state, make_model, make_optimizer
     enc, params = read_modernbert(hf_dir, EncoderConfig.from_config(base_config.model))
     config = base_config.copy_and_resolve_references() if hasattr(
@@ -309,15 +318,16 @@ def import_modernbert(hf_dir: str, workdir: str, base_config, config_out: str | 
     if jax.tree.structure(target["params"]) != jax.tree.structure(params):
         raise KjaxError(f"{hf_dir}: its tensors do not make kjax's modern model")
     _, dropout_rng = jax.random.split(jax.random.key(config.train.seed))
-    state = {"step": np.zeros((), np.int32), "params": params, "opt_state": tx.init(params),
-             "rng": jax.random.key_data(dropout_rng)}
+    state = ema.with_ema(config.train, {"step": np.zeros((), np.int32), "params": params,
+                                        "opt_state": tx.init(params),
+                                        "rng": jax.random.key_data(dropout_rng)})
     checkpoints = Checkpointer(ckpt_dir, config.train.checkpoint_every,
                                config.train.keep_checkpoints)
     checkpoints.save(0, jax.device_put(state, shardings), FRESH_LOADER_STATE, force=True)
     checkpoints.close()
     config_out = config_out or paths.join(workdir, "kjax_config.py")
     write_config_file(config, config_out, hf_dir)
-    report = {"source": os.path.abspath(hf_dir), "model_type": "modernbert",
+    report = {"source": os.path.abspath(hf_dir), "model_type": MODEL_TYPE,
               "checkpoint": paths.join(ckpt_dir, "0"), "config": config_out}
     paths.write_text(paths.join(workdir, "import.json"),
                      json.dumps(report, ensure_ascii=False, indent=1))

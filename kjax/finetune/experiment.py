@@ -9,13 +9,13 @@ reports mean ± std over seeds per (fine-tune bf, inference bf).
 """
 from __future__ import annotations
 
-import copy
 
 import jax
 import numpy as np
 
 from kjax import paths
 from kjax.config import ConfigDict, apply_overrides, defaults, validate
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.finetune.features import apply_input_mode
 from kjax.finetune.pretrained import NO_INIT
@@ -33,7 +33,7 @@ def finetune_settings(assignments=(), config=None) -> ConfigDict:
     """`config.finetune` (default: the defaults') with `finetune.KEY=VALUE`
     assignments applied and checked (programmatic use; the command line sets
     them as --config.finetune.KEY=VALUE like any other key)."""
-    tree = copy.deepcopy(config) if config is not None else defaults()
+    tree = copy_of(config) if config is not None else defaults()
     apply_overrides(tree, [f"--config.{a.removeprefix('--config.')}" for a in assignments])
     validate(tree)
     return tree.finetune
@@ -115,7 +115,7 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     trains, infers = combinations(ft, sweep)
     shaking = any(b != 0 for b in trains + infers)
     tokenizer = tokenizer or load_tokenizer(config)
-    mesh_config = copy.deepcopy(config)
+    mesh_config = copy_of(config)   # (the loader's config is frozen)
     mesh_config.train.batch_size = ft.batch_size
     mesh = make_mesh(mesh_config)
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -135,6 +135,8 @@ def make_tuner(config, ft, task: str, train: str, dev: str | None = None,
     tuner = FineTuner(config, ft, data, mesh, init, shake_settings(config, ft), mode)
     tuner.pos_tokens_aligned = features["train"].aligned_tokens if pos_from_kiwi else None
     tuner.target_scale = scale
+    # On a GPU: every flash call's tiles fixed before a step is built (nothing on CPU)
+    tuner.fix_flash_tiles(trains, infers)
     return tuner
 
 
@@ -182,7 +184,8 @@ def run_all(tuner: FineTuner, out: str, seeds: list[int], sweep: bool, progress:
                    unfinished=unfinished, labels=data.label_names,
                    examples={k: len(v) for k, v in data.examples.items()},
                    pos_tokens_aligned=tuner.pos_tokens_aligned,
-                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs)
+                   learning_rate=tuner.learning_rate, epochs=tuner.ft.epochs,
+                   attention_tiles=tuner.flash_tiles)
     constant = {e.get("constant", {}).get("dev") for r in runs for e in r["results"].values()}
     summary["note"] = weak_model_note(summary, constant.pop() if len(constant) == 1 else None)
     if jax.process_index() == 0:

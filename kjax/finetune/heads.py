@@ -22,9 +22,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from kjax.finetune.registry import finetune_task
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
 from kjax.model.encoder import dense
-from kjax.train.state import ARCHITECTURES
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 OPTIONAL_INPUTS = ("position_ids", "shake")   # the input mode's position ids; SHAKE's B
@@ -50,12 +50,14 @@ class TaskModel(nn.Module):
     def setup(self):
         # The pretrained encoder of model.arch; the subtree keeps the name "bert"
         # for every arch, so --init restores it the same way.
-        self.bert = ARCHITECTURES[self.config.arch](self.config, self.deterministic)
-        # BERT pretrains a pooler (NSP); the modern recipe has none: a fresh one here.
-        self.fresh_pooler = (dense(self.config, self.config.hidden_size, ("embed", "mlp"),
-                                   "fresh_pooler") if self.config.arch != "bert" else None)
+        arch = architecture(self.config)
+        self.bert = arch.build(self.config, self.deterministic)
+        cfg = arch.encoder_config(self.config)   # the heads as the recipe's layers (biases)
+        # BERT pretrains a pooler (it feeds NSP); an arch without one gets a fresh one here.
+        self.fresh_pooler = (dense(cfg, cfg.hidden_size, ("embed", "mlp"), "fresh_pooler")
+                             if not arch.has_nsp_head else None)
         self.dropout = nn.Dropout(self.classifier_dropout)
-        self.classifier = dense(self.config, self.num_outputs, ("embed", None), "classifier")
+        self.classifier = dense(cfg, self.num_outputs, ("embed", None), "classifier")
 
     def __call__(self, input_ids, token_type_ids, attention_mask, position_ids=None, shake=None,
                  multihot=None, target_mask=None):

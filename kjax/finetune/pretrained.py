@@ -5,14 +5,16 @@ directory (the newest step that verifies; damaged newer steps are named and
 skipped, never moved), or checkpoints/STEP (verified, or refused in one line). The full pretraining state is
 restored onto the fine-tuning mesh (as `kjax eval` does: Session's abstract
 state → Checkpointer.restore), and the task model's `bert` subtree is taken
-from its params; the pretraining-only heads (MLM transform, NSP) are dropped.
+from its params, or from their EMA with `finetune.init_weights=ema`
+(`--weights ema`); the pretraining-only heads (MLM transform, NSP) are dropped.
 """
 from __future__ import annotations
 
 import jax
 
 from kjax.checkpoint.manager import ConfigMismatch
-from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
+from kjax.checkpoint.restore import (check_weights, chosen_weights, locate_checkpoint,
+                                     restore_read_only)
 from kjax.errors import KjaxError
 from kjax.train.state import abstract_state, make_model, make_optimizer
 
@@ -25,8 +27,11 @@ def resolve_checkpoint(path: str) -> tuple[str, int | None]:
                              "directory or checkpoints/STEP (or --init none for random weights)")
 
 
-def restore_pretrained_params(config, mesh, path: str, template) -> dict:
-    """The `bert` subtree for the task model: `template` holds its shapes."""
+def restore_pretrained_params(config, mesh, path: str, template,
+                              weights: str = "params") -> dict:
+    """The `bert` subtree for the task model: `template` holds its shapes; of
+    the checkpoint's params or their EMA (`weights`: finetune.init_weights)."""
+    check_weights(config, weights, path)
     directory, step = resolve_checkpoint(path)
     model = make_model(config, deterministic=True)
     target, _ = abstract_state(config, mesh, model, make_optimizer(config.train))
@@ -35,7 +40,7 @@ def restore_pretrained_params(config, mesh, path: str, template) -> dict:
     except ConfigMismatch as e:
         raise KjaxError(f"--init {path} does not fit --config: {e}; pass the "
                         f"--config and --config.model.* overrides it was pretrained with") from None
-    params = state["params"]
+    params = chosen_weights(state, weights)
     missing = sorted(set(template) - set(params))
     if missing:
         raise KjaxError(f"--init {directory}/{step}: the checkpoint lacks {', '.join(missing)}; "

@@ -3,7 +3,8 @@
     OUT/metrics.jsonl, tensorboard/   train loss per log step, dev metrics per evaluation
     OUT/checkpoints/                  the train state and the best dev params per
                                       inference bf (resume)
-    OUT/metrics.json                  dev/test metrics per inference bf, the baseline
+    OUT/metrics.json                  dev/test metrics per inference bf, the baseline, the
+                                      flash calls' tiles (attention_tiles; a GPU's)
     OUT/predictions_<split>[_bf<v>].jsonl
     OUT/learning_curve.png
 """
@@ -124,7 +125,8 @@ def run_one(tuner: FineTuner, seed: int, bf_train: float, bf_infers: list[float]
                                    progress_state)
     writer.close()
     result.update(steps=int(jax.device_get(state["step"])), total_steps=tuner.total_steps,
-                  resumed_from_step=latest, train_seconds=train_seconds)
+                  resumed_from_step=latest, train_seconds=train_seconds,
+                  attention_tiles=tuner.flash_tiles)   # the flash calls' ({} on CPU)
     if primary:
         write_json(os.path.join(logs, "metrics.json"), result)
         result["learning_curve"] = plot_learning_curve(logs, tuner.metric)

@@ -10,6 +10,10 @@ inference bf (METHODS §1.4: set independently).
   inference bf; each bf keeps its own best params (in the checkpoint), and
   training stops once `patience` evaluations in a row improved none of them.
 - At the end each inference bf's best params predict dev and test.
+- Where a call can reach the flash kernel (a GPU), the tiles of every flash
+  call the train and eval steps make are chosen once, before any step is
+  built (`fix_flash_tiles`, as `kjax train` chooses its own), and held in the
+  tuner's config: every step compiles with its tiles fixed.
 """
 from __future__ import annotations
 
@@ -22,13 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from ml_collections import FrozenConfigDict
 
 from kjax.config import ConfigDict
+from kjax.config.load import copy_of
 from kjax.finetune.features import Features, make_batch
 from kjax.finetune.heads import make_task_model, model_inputs
 from kjax.finetune.pretrained import restore_pretrained_params
 from kjax.finetune.registry import finetune_task
 from kjax.finetune.readers import Example
+from kjax.model.attention_core import tiles_for_steps
 from kjax.parallel.mesh import (batch_sharding, logical_rules, logical_sharding, on_mesh,
                                 put_batch, replicated)
 from kjax.train.state import make_optimizer
@@ -89,6 +96,7 @@ class FineTuner:
         self.init = init
         self._models, self._train_steps, self._eval_steps = {}, {}, {}
         self._pretrained = None
+        self.flash_tiles = {}            # {signature: tiles} of the steps' flash calls
         self.pos_tokens_aligned = None   # set by make_tuner when POS comes from Kiwi
         self.target_scale = 1.0          # regress: targets are label / scale (make_tuner)
         self.shardings = self._state_shardings()
@@ -126,7 +134,7 @@ class FineTuner:
             template = jax.eval_shape(lambda r: nn.meta.unbox(self._boxed_state(r)),
                                       jax.random.key(0))["params"]["bert"]
             self._pretrained = restore_pretrained_params(self.config, self.mesh, self.init,
-                                                         template)
+                                                         template, self.ft.init_weights)
         return self._pretrained
 
     def init_state(self, seed: int):
@@ -190,6 +198,45 @@ class FineTuner:
                 out_shardings=replicated(self.mesh))
         return self._eval_steps[bf]
 
+    # --- the flash kernels' tiles -----------------------------------------------------
+    def fix_flash_tiles(self, bf_trains, bf_infers) -> dict[str, str]:
+        """Chooses the tiles of every flash call the train steps (each bf of
+        `bf_trains`) and eval steps (`bf_infers`) make, before any step is
+        built: the steps traced against abstract state and batches, the tiles
+        chosen once the traces have closed (the config's, the card's cache,
+        else a timing: kjax/model/attention_core.py), then held in this
+        tuner's config (`model.attention_tiles`), from which every model and
+        step is built afresh. Returns them; {} where no call can reach the
+        kernel (CPU, TPU, xla, dot_product), where nothing is traced."""
+        self.flash_tiles = tiles_for_steps(self.config.model,
+                                           lambda: self._traced_steps(bf_trains, bf_infers))
+        if self.flash_tiles:
+            config = copy_of(self.config)   # (the loader's config is frozen)
+            config.model.attention_tiles.update(self.flash_tiles)
+            self.config = FrozenConfigDict(config)
+            self._models, self._train_steps, self._eval_steps = {}, {}, {}
+        return self.flash_tiles
+
+    def _traced_steps(self, bf_trains, bf_infers) -> list:
+        """The jaxprs of the train step per fine-tune bf and of the eval step per
+        inference bf and eval batch shape (dev, test), nothing compiled or run."""
+        state = self.abstract_state()
+        with self._context():
+            traced = [self.train_step(bf).trace(
+                state, self._abstract(self.train_batch(self.ft.seed, 1, bf))).jaxpr
+                for bf in dict.fromkeys(bf_trains)]
+            for bf in dict.fromkeys(bf_infers):
+                batches = [self._abstract(self.predict_batch(split, 0, bf)[0])
+                           for split in ("dev", "test") if split in self.data.features]
+                for batch in {repr(b): b for b in batches}.values():
+                    traced.append(self.eval_step(bf).trace(state["params"], batch).jaxpr)
+        return traced
+
+    def _abstract(self, batch: dict) -> dict:
+        """A host-local batch's global shapes and shardings, as the step sees it."""
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                            put_batch(batch, self.mesh))
+
     # --- batches and predictions ------------------------------------------------------
     def _local(self, rows: np.ndarray, size: int) -> np.ndarray:
         """This process's slice of a global batch of `size` rows (-1 = padding)."""
@@ -212,18 +259,24 @@ class FineTuner:
         shake = self.shake_cfg if bf != 0 else None
         return make_batch(self.data.features["train"], rows, shake, (seed, TRAIN_SALT, epoch))
 
-    def predict(self, params, split: str, bf: float) -> list:
+    def predict_batch(self, split: str, start: int, bf: float) -> tuple[dict, int]:
+        """(this process's slice of the eval batch of `split` from example
+        `start`, the number of real examples in it)."""
         feats = self.data.features[split]
         shake = self.shake_cfg if bf != 0 else None
+        rows = np.arange(start, min(start + self.eval_batch, len(feats) // self.group))
+        batch = make_batch(feats, self._rows(self._local(rows, self.eval_batch)), shake,
+                           (self.shake_cfg.seed, EVAL_SALT))
+        return batch, len(rows)
+
+    def predict(self, params, split: str, bf: float) -> list:
+        feats = self.data.features[split]
         step, out = self.eval_step(bf), []
-        units = len(feats) // self.group
-        for start in range(0, units, self.eval_batch):
-            rows = np.arange(start, min(start + self.eval_batch, units))
-            batch = make_batch(feats, self._rows(self._local(rows, self.eval_batch)), shake,
-                               (self.shake_cfg.seed, EVAL_SALT))
+        for start in range(0, len(feats) // self.group, self.eval_batch):
+            batch, real = self.predict_batch(split, start, bf)
             with self._context():
                 preds = jax.device_get(step(params, put_batch(batch, self.mesh)))
-            out += list(preds[:len(rows)])
+            out += list(preds[:real])
         return self.spec.decode(self, split, feats, out)
 
     def _decode(self, feats: Features, i: int, pred):

@@ -11,6 +11,7 @@ branches on mode names.
                                   per-position view B is built over
     position_ids(positions, cfg)  position ids when they are not 0..s-1
     model_inputs(batch)           the model's keyword arguments from a batch
+    maskable_positions(batch)     per row, the positions masking may choose
     dummy_inputs(config, b)       the same at init (zeros of the right shapes)
     positions(example)            per-position arrays + which tokens make each
                                   position (analysis, inspect)
@@ -33,7 +34,7 @@ from kjax.config.schema import TOKENIZER_SCHEMES
 from kjax.errors import KjaxError
 from kjax.examples.masking import mask_tokens
 from kjax.shake.matrix import build_b, shake_from_batch
-from kjax.tokens.sentencepiece import PAD
+from kjax.tokens.sentencepiece import CLS, PAD, SEP
 
 TOKEN_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 POSITION_KEYS = ("input_ids", "word_ids", "morph_ids", "tags", "token_type_ids")
@@ -123,6 +124,14 @@ class InputMode:
         if (shake := shake_from_batch(batch)) is not None:   # dense B or its pairs layout
             kwargs["shake"] = shake
         return kwargs
+
+    token_ids_key = "input_ids"          # the batch's token ids ([CLS], [SEP] among them)
+
+    def maskable_positions(self, batch: dict):
+        """Per row, the positions masking may choose (real ones but [CLS] and
+        [SEP]): the denominator of the realised masked share. numpy or jax."""
+        ids = batch[self.token_ids_key]
+        return batch["attention_mask"].sum(-1) - ((ids == CLS) | (ids == SEP)).sum(-1)
 
     def dummy_inputs(self, config, batch_size: int) -> dict:
         ids = np.zeros((batch_size, config.data.max_seq_len), np.int32)

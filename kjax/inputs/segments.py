@@ -102,6 +102,7 @@ class SegmentMode(InputMode):
     # A position has several target tokens: a multi-target MLM loss (METHODS §2.4).
     mlm_losses = ("eq9", "bce", "summed_ce")
     completes_stored_masks = False   # extend masks stored by `prepare` to whole positions
+    token_ids_key = "token_ids"      # a special is a position of one token
 
     def units(self, example: dict) -> dict:
         return example

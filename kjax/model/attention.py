@@ -154,7 +154,7 @@ class SelfAttention(nn.Module):
                         examples=example_ids)
         impl = choose_impl(cfg.attention_impl, shaking=shake is not None,
                            explicit=self.return_analysis, dropping=drop is not None,
-                           dtype=q.dtype)
+                           dtype=q.dtype, windowed=self.local_window is not None)
         masks = dict(segment_ids=segment_ids, local_window=self.local_window)
         if impl != "xla":
             context, probs = fused_attention(impl, q, k, v, attention_mask, **masks,

@@ -10,18 +10,23 @@
     flash        the Pallas kernel of kjax/model/flash/attention.py, Eq. 1 and
                  attention dropout inside the online softmax (CPU: Pallas'
                  interpret mode, slow, for tests and debugging);
-    auto         (the default) on GPU: cuDNN (dot_product) for a call with
-                 neither Eq. 1 nor attention dropout; for a call with either,
-                 flash if `GPU_FLASH_FASTER` says a GPU measured the kernel
-                 faster than the explicit path for each feature the call has,
-                 else xla. On CPU and TPU: xla.
+    auto         (the default) on GPU: for a call with Eq. 1, attention
+                 dropout or a local window, flash if `GPU_FLASH_FASTER` says a
+                 GPU measured the kernel faster for each feature the call has,
+                 else xla (dropout, Eq. 1) or cuDNN (a window alone); cuDNN
+                 (dot_product) for a call with none of them. On CPU and TPU: xla.
 
 The rule follows measurements, not expectations: on CPU XLA's form of
 dot_product_attention is the same algorithm as the explicit path with extra
-mask plumbing, and TPU runs the same XLA code; on an H200 the kernel was
-slower than the explicit path with dropout and with B (docs/PERFORMANCE.md,
-"What decides speed: attention paths"). On TPU v4+ the kernel goes through
-Mosaic; v2/v3's Mosaic refuses its bf16 matmuls (docs/TPU.md §15).
+mask plumbing, and TPU runs the same XLA code. On an H200 (measured with jax 0.11.2,
+docs/PERFORMANCE.md, "What decides speed: attention paths") the BERT-base
+step with attention dropout in the kernel took 0.84× the explicit path's
+time, with pairs B and dropout 0.86×, and the modern_base step on the kernel
+0.86× its step on cuDNN, whose mask as a bias computes every key of a local
+layer where the kernel skips the blocks outside the window; without any of
+these features cuDNN stays ahead of the kernel (1.3× at seq 512–2048). On
+TPU v4+ the kernel goes through Mosaic; v2/v3's Mosaic refuses its bf16
+matmuls (docs/TPU.md §15).
 
 Whatever the setting, a call that needs the attention weights themselves
 (`return_analysis`: α per head) runs the explicit path, and so does a call
@@ -43,10 +48,10 @@ import jax.numpy as jnp
 
 from kjax.config.platform import platform
 from kjax.model.config import ATTENTION_IMPLS as IMPLS
-from kjax.model.flash import MASK_VALUE, sharded_flash_attention, tiles_chosen_while
+from kjax.model.flash import MASK_VALUE, choose_tiles, flash_calls, sharded_flash_attention
 
-__all__ = ["IMPLS", "MASK_VALUE", "choose_impl", "dense_shake", "flash_tiles_chosen",
-           "fused_attention", "logits_mask"]
+__all__ = ["IMPLS", "MASK_VALUE", "choose_flash_tiles", "choose_impl", "dense_shake",
+           "fused_attention", "logits_mask", "may_run_flash", "tiles_for_steps"]
 
 
 def dense_shake(shake, seq_len: int):
@@ -69,14 +74,16 @@ def logits_mask(attention_mask, segment_ids=None, local_window: int | None = Non
     return mask
 
 
-# Whether a GPU measured the flash kernel faster than the explicit path for calls
-# with attention dropout and calls with Eq. 1's B (BERT-base step, docs/GPU.md §5):
-# `auto` sends a call to the kernel when every feature it has says so.
-GPU_FLASH_FASTER = {"dropout": False, "shake": False}
+# Whether a GPU measured the flash kernel faster than the path `auto` would take
+# otherwise, per feature of a call: attention dropout and Eq. 1's B against the
+# explicit path (BERT-base step, benchmarks/gpu/settle.py), a local window
+# against cuDNN (modern_base step, suite part c). `auto` sends a call to the
+# kernel when every feature it has says so.
+GPU_FLASH_FASTER = {"dropout": True, "shake": True, "local": True}
 
 
 def choose_impl(impl: str, *, shaking: bool, explicit: bool, dropping: bool = False,
-                dtype=jnp.float32) -> str:
+                dtype=jnp.float32, windowed: bool = False) -> str:
     """The path one call takes: "xla", "dot_product" or "flash" (module doc)."""
     if impl not in IMPLS:
         raise ValueError(f"model.attention_impl={impl!r}; choose one of {IMPLS}")
@@ -84,11 +91,13 @@ def choose_impl(impl: str, *, shaking: bool, explicit: bool, dropping: bool = Fa
         return "xla"
     if impl == "flash":
         return "flash"
+    features = [f for f, on in (("dropout", dropping), ("shake", shaking),
+                                ("local", windowed)) if on]
+    if impl == "auto" and features and platform() == "gpu" and \
+            all(GPU_FLASH_FASTER[f] for f in features):
+        return "flash"
     if not shaking and not dropping:
         return "dot_product" if impl == "dot_product" or _cudnn(dtype) else "xla"
-    features = [f for f, on in (("dropout", dropping), ("shake", shaking)) if on]
-    if impl == "auto" and platform() == "gpu" and all(GPU_FLASH_FASTER[f] for f in features):
-        return "flash"
     return "xla"
 
 
@@ -135,12 +144,24 @@ def may_run_flash(impl: str) -> bool:
                                                         and any(GPU_FLASH_FASTER.values())))
 
 
-def flash_tiles_chosen(impl: str, trace) -> dict[str, str]:
-    """{call signature: tiles} that the flash calls chose while `trace()` traced a
-    step of a config with `model.attention_impl=impl` (kjax/model/flash/tuning.py:
-    the config's fixed tiles, the card's cache, else a timing); {} without a trace
-    where no call can reach the kernel. A run records them in its config before it
-    builds anything, so its program has every tile fixed."""
-    if not may_run_flash(impl):
+def choose_flash_tiles(traced_steps, fixed=(), measure=None) -> dict[str, str]:
+    """{call signature: tiles} for every flash call the traced steps make
+    (`traced_steps`: jaxprs, e.g. `jax.jit(step).trace(...).jaxpr`, traced while
+    `may_run_flash`), chosen after the traces have closed
+    (kjax/model/flash/tuning.py: the config's fixed tiles, the card's cache,
+    else a timing). A run records them in its config before it builds
+    anything, so its program has every tile fixed."""
+    calls = {c.signature: c for jaxpr in traced_steps for c in flash_calls(jaxpr)}
+    return choose_tiles(calls.values(), fixed, measure)
+
+
+def tiles_for_steps(model_config, trace_steps) -> dict[str, str]:
+    """{signature: tiles} of every flash call a run's steps make, for the run
+    to fix in its config before it builds them (`kjax train`'s run config,
+    `kjax finetune`'s tuner): `trace_steps()` → the steps' jaxprs, traced
+    against abstract state (nothing runs), called only where `may_run_flash`
+    (elsewhere {}: nothing is traced); the tiles chosen once the traces have
+    closed by `choose_flash_tiles`, `model_config.attention_tiles` first."""
+    if not may_run_flash(model_config.attention_impl):
         return {}
-    return tiles_chosen_while(trace)
+    return choose_flash_tiles(list(trace_steps()), tuple(model_config.attention_tiles.items()))

@@ -22,7 +22,10 @@ class EncoderConfig:
     defaults, except where the model holds another form — attention_tiles (a sorted
     tuple, hashable) and shake_factor (one bf per layer) — and the knowledge
     heads, which exist where their loss is on."""
-    arch: str = _schema("arch")  # bert (encoder.py) | modern (modern.py) | electra (electra.py)
+    arch: str = _schema("arch")  # an architecture of kjax/model/arch (what it builds, counts, ...)
+    # biases on every projection and norm; a bias-free recipe's model clears it
+    # (modern.py), and its architecture for the heads built on it (kjax/model/arch)
+    use_bias: bool = True
     vocab_size: int = _schema("vocab_size")
     hidden_size: int = _schema("hidden_size")
     # E of the embedding tables; 0: hidden_size (ELECTRA-small: E < H)
@@ -77,11 +80,6 @@ class EncoderConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
-
-    @property
-    def use_bias(self) -> bool:
-        """BERT's (and ELECTRA's) projections carry biases; the modern recipe's have none."""
-        return self.arch != "modern"
 
     def global_layer(self, i: int) -> bool:
         """modern: layer i attends globally (ModernBERT: every third, from layer 0)."""

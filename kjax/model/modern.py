@@ -22,6 +22,8 @@ The layout of parameters maps one to one onto transformers' ModernBERT
 """
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -140,7 +142,7 @@ class ModernBertForPreTraining(nn.Module):
     return_analysis: bool = False
 
     def setup(self):
-        cfg = self.config
+        cfg = dataclasses.replace(self.config, use_bias=False)   # no bias anywhere (the recipe)
         self.embeddings = ModernEmbeddings(cfg, self.deterministic)
         self.encoder = ModernEncoder(cfg, self.deterministic, self.return_analysis)
         self.mlm_transform = dense(cfg, cfg.hidden_size, ("embed", "mlp"), "mlm_transform")

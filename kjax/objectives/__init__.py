@@ -11,8 +11,9 @@ module and one line below (docs/ARCHITECTURE.md).
     rtd        ELECTRA's replaced-token detection, with model.arch='electra' (§6)
 
 `check_config` is the whole static check of a config: the config's own
-(kjax.config.validate), then every objective's, the input mode's and
-shaking's float8 weights — all before anything is compiled.
+(kjax.config.validate), then the architecture's (kjax/model/arch), every
+objective's, the input mode's and shaking's float8 weights — all before
+anything is compiled.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 
 from kjax.config import validate
 from kjax.inputs import input_mode
+from kjax.model.arch import architecture
 from kjax.objectives import knowledge, mlm, nsp, rtd
 from kjax.objectives.base import Objective
 from kjax.shake.matrix import check_weights
@@ -40,6 +42,7 @@ METRIC_OBJECTIVE = {m: o.name for o in OBJECTIVES for m in o.metric_names}
 def check_config(config) -> None:
     """Every static check of `config`, each failure one line (KjaxError)."""
     validate(config)
+    architecture(config).check(config)
     mode = input_mode(config)
     for objective in OBJECTIVES:   # (an unknown loss name before what the mode allows)
         objective.check(config, mode)

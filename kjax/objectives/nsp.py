@@ -4,12 +4,13 @@ SHAKE) it is off, so neither computed nor reported (eval lines,
 metrics.jsonl, TensorBoard, `kjax eval`, the model card): a figure of an
 objective that did not train is no result, and `kjax export` writes
 neither its head nor the pooler (BertForMaskedLM). The loss is bit-identical either
-way (0 · nsp adds exact zeros). The modern recipe (model.arch=modern) has no
-NSP head: the objective is off and a weight > 0 is refused."""
+way (0 · nsp adds exact zeros). An architecture without an NSP head
+(kjax/model/arch: modern, electra) leaves it off and refuses a weight > 0."""
 from __future__ import annotations
 
 from kjax.errors import KjaxError
 from kjax.losses.pretraining import weighted_ce
+from kjax.model.arch import architecture
 from kjax.objectives.base import Objective
 
 
@@ -23,7 +24,7 @@ class NextSentence(Objective):
         return config.train.nsp_weight if self.enabled(config) else 0.0
 
     def enabled(self, config) -> bool:
-        return (config.model.arch == "bert" and not config.train.packing
+        return (architecture(config).has_nsp_head and not config.train.packing
                 and config.train.nsp_weight > 0)
 
     def check(self, config, mode) -> None:
@@ -31,7 +32,7 @@ class NextSentence(Objective):
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g} with "
                             f"train.packing=True: a packed row holds several examples, NSP "
                             f"needs one pair per row; set --config.train.nsp_weight=0")
-        if config.model.arch != "bert" and config.train.nsp_weight > 0:
+        if not architecture(config).has_nsp_head and config.train.nsp_weight > 0:
             raise KjaxError(f"train.nsp_weight={config.train.nsp_weight:g}: model.arch="
                             f"{config.model.arch} has no NSP head (it pretrains without NSP); "
                             f"set --config.train.nsp_weight=0 (tpu_configs/modern_*.py and "

@@ -1,5 +1,6 @@
-"""Replaced-token detection (METHODS §6, ELECTRA): on with model.arch='electra',
-weighted by λ = train.rtd_weight (the paper's 50). The generator's MLM is the
+"""Replaced-token detection (METHODS §6, ELECTRA): on with an architecture
+that has its head (kjax/model/arch: model.arch='electra'), weighted by
+λ = train.rtd_weight (the paper's 50). The generator's MLM is the
 `mlm` objective on the generator's logits, so the training loss is
 L_MLM(θ_G) + λ · L_Disc(θ_D), each term a mean over its own slots (masked
 positions, real tokens): gradient accumulation weighs each by its share.
@@ -15,11 +16,10 @@ import jax.numpy as jnp
 
 from kjax.errors import KjaxError
 from kjax.losses.replaced import rtd_loss
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
 from kjax.model.electra import generator_config
 from kjax.objectives.base import Objective
-
-ARCH = "electra"
 
 
 class ReplacedTokenDetection(Objective):
@@ -31,7 +31,7 @@ class ReplacedTokenDetection(Objective):
     head_params = ("discriminator_predictions",)
 
     def enabled(self, config) -> bool:
-        return config.model.arch == ARCH
+        return architecture(config).has_rtd_head
 
     def weight(self, config) -> float:
         return config.train.rtd_weight if self.enabled(config) else 0.0

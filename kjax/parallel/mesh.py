@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from kjax.config.batch_ramp import ramp_of
 from kjax.config.schema import LOGICAL_RULES, MESH_AXES
 from kjax.errors import KjaxError
 
@@ -177,28 +178,8 @@ def check_mesh(config, num_devices: int, num_processes: int = 1) -> tuple[int, i
                         f"shard(s), which {num_processes} processes cannot split (mesh.tensor="
                         f"{shape[2]} spans hosts); keep mesh.tensor within one host's "
                         f"{num_devices // num_processes} devices")
-    if config.train.batch_size % num_processes:  # each process loads its own rows
-        raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
-                        f"{num_processes} processes; use a multiple of {num_processes}")
-    if config.train.batch_size % batch_shards:
-        raise KjaxError(f"train.batch_size={config.train.batch_size} is not divisible by the "
-                        f"{batch_shards} batch shards (mesh data×fsdp); use a multiple of "
-                        f"{batch_shards}")
-    micro = config.train.get("microbatches", 1)
-    if micro > 1 and config.train.batch_size % (micro * batch_shards):
-        raise KjaxError(f"train.batch_size={config.train.batch_size} in train.microbatches="
-                        f"{micro} makes microbatches of {config.train.batch_size / micro:g} "
-                        f"examples, which the {batch_shards} batch shards (mesh data×fsdp) "
-                        f"cannot split evenly; use a batch_size that is a multiple of "
-                        f"{micro * batch_shards}, or fewer microbatches")
-    if min(shape) > 1 and config.train.batch_size == micro * batch_shards:
-        # XLA's SPMD partitioner (jax 0.10.2, XLA:CPU) gave the encoder wrong
-        # gradients on a mesh with all three axes > 1 and one row per batch
-        # shard (tests/test_accumulation.py measures it); two rows are right.
-        raise KjaxError(f"mesh data={shape[0]} × fsdp={shape[1]} × tensor={shape[2]} with one "
-                        f"example per batch shard (train.batch_size={config.train.batch_size}, "
-                        f"train.microbatches={micro}) is refused: XLA computes wrong gradients "
-                        f"there; give each shard two rows or more, or set one mesh axis to 1")
+    for key, batch, micro in batch_stages(config):
+        _check_batch(key, batch, micro, shape, num_processes)
     m = config.model
     for name, size, axis in (("hidden_size", m.hidden_size, shape[1]),
                              ("num_heads", m.num_heads, shape[2]),
@@ -207,6 +188,41 @@ def check_mesh(config, num_devices: int, num_processes: int = 1) -> tuple[int, i
             raise KjaxError(f"model.{name}={size} is not divisible by the mesh axis that "
                             f"shards it (size {axis}); change the mesh or the model")
     return shape
+
+
+def batch_stages(config) -> list[tuple[str, int, int]]:
+    """(what names it, global batch, microbatches) of every batch a run
+    trains at: train.batch_size's, and each train.batch_ramp stage's
+    (kjax/config/batch_ramp.py)."""
+    stages = ramp_of(config).stages
+    return [(f"train.batch_size={s.batch_size}" if s.end_step is None else
+             f"train.batch_ramp[{s.index}]'s batch {s.batch_size}", s.batch_size, s.microbatches)
+            for s in stages[::-1]]
+
+
+def _check_batch(key: str, batch: int, micro: int, shape, num_processes: int) -> None:
+    """One batch against the mesh: rows for every process and batch shard,
+    microbatches the shards split evenly (one line each)."""
+    batch_shards = shape[0] * shape[1]
+    if batch % num_processes:  # each process loads its own rows
+        raise KjaxError(f"{key} is not divisible by the {num_processes} processes; use a "
+                        f"multiple of {num_processes}")
+    if batch % batch_shards:
+        raise KjaxError(f"{key} is not divisible by the {batch_shards} batch shards (mesh "
+                        f"data×fsdp); use a multiple of {batch_shards}")
+    if micro > 1 and batch % (micro * batch_shards):
+        raise KjaxError(f"{key} in train.microbatches={micro} makes microbatches of "
+                        f"{batch / micro:g} examples, which the {batch_shards} batch shards "
+                        f"(mesh data×fsdp) cannot split evenly; use a batch_size that is a "
+                        f"multiple of {micro * batch_shards}, or fewer microbatches")
+    if min(shape) > 1 and batch == micro * batch_shards:
+        # XLA's SPMD partitioner (jax 0.10.2, XLA:CPU) gave the encoder wrong
+        # gradients on a mesh with all three axes > 1 and one row per batch
+        # shard (tests/test_accumulation.py measures it); two rows are right.
+        raise KjaxError(f"mesh data={shape[0]} × fsdp={shape[1]} × tensor={shape[2]} with one "
+                        f"example per batch shard ({key}, train.microbatches={micro}) is "
+                        f"refused: XLA computes wrong gradients there; give each shard two "
+                        f"rows or more, or set one mesh axis to 1")
 
 
 def make_mesh(config, devices=None) -> jax.sharding.Mesh:

@@ -23,9 +23,10 @@ cost analysis counts a while loop's body once, so a scanned encoder
 (model.scan_layers) is costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same
 step with 1 and 2 unrolled layers (two more compiles, each smaller than the
 step itself; the layer's AdamW update is in U₂ − U₁ as it is in the
-unrolled step), and an accumulated step (k microbatches) likewise from 1
-and 2 microbatches, their loop unrolled: bilinear in (layers, microbatches),
-four compiles when both loops are there.
+unrolled step). The architecture says which loops it scans
+(kjax/model/arch: `scanned_loops`; ELECTRA's generator has its own). An
+accumulated step (k microbatches) is costed likewise from 1 and 2
+microbatches, their loop unrolled: bilinear in (layers, microbatches).
 """
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ import jax
 
 from kjax.batches.synthetic import batch_shapes
 from kjax.config import platform_defaults
+from kjax.config.load import apply_overrides, copy_of
 from kjax.config.platform import lowering_for
+from kjax.model.arch import architecture
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
 from kjax.pretrain import collectives as comm
 from kjax.train import accumulation
@@ -68,15 +71,9 @@ class StepCompile:
 
 
 def with_overrides(config, **keys):
-    """A copy of `config` with dotted keys changed ({"train.batch_size": 64})."""
-    c = config.copy_and_resolve_references()
-    for dotted, value in keys.items():
-        *sections, leaf = dotted.split(".")
-        node = c
-        for section in sections:
-            node = node[section]
-        node[leaf] = value
-    return c
+    """A copy of `config` with dotted keys changed ({"train.batch_size": 64}),
+    each value typed by its key (the one override function, apply_overrides)."""
+    return apply_overrides(copy_of(config), keys)
 
 
 def lower(config, devices, step: str = "train"):
@@ -91,7 +88,8 @@ def trace(config, devices, step: str = "train", lower: bool = False):
     from kjax.train.state import abstract_state, make_model, make_optimizer
     from kjax.train.step import make_eval_step, make_train_step
     config = config.copy_and_resolve_references()
-    platform_defaults.resolve(config, devices[0].platform)   # the target's, not this host's
+    platform_defaults.resolve(config, devices[0].platform,   # the target's, not this host's
+                              keys=architecture(config).auto_keys)
     mesh = make_mesh(config, devices)
     tx = make_optimizer(config.train)
     train_model = make_model(config, deterministic=False)
@@ -190,41 +188,48 @@ def batch_shards(config, num_devices: int) -> int:
 
 
 def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
-    """(FLOPs, HBM bytes) per device of one train step with every layer and
-    every microbatch counted, and the seconds the extra compiles took (0:
-    none needed)."""
-    m, k = config.model, config.train.microbatches
-    scanned_layers = m.get("arch", "bert") == "bert" and m.scan_layers and m.num_layers >= 2
-    if not scanned_layers and k == 1:
+    """(FLOPs, HBM bytes) per device of one train step with every layer of
+    every scanned loop and every microbatch counted, and the seconds the extra
+    compiles took (0: none needed). U₁ has every loop at one unrolled layer;
+    for each depth L, U₂ has the loops of that depth at two (loops of one
+    depth, as ELECTRA's generator following its discriminator, share their
+    compiles) and adds (L − 1)·(U₂ − U₁). With k microbatches each of those
+    is compiled at 1 and 2 microbatches of the same size, their loop
+    unrolled, and the microbatch term added bilinearly: a layer's forward and
+    backward run per microbatch, its update once."""
+    loops = architecture(config).scanned_loops(config.model)
+    deep: dict[int, list[str]] = {}
+    for key, depth in loops:
+        if depth >= 2:
+            deep.setdefault(depth, []).append(key)
+    k = config.train.microbatches
+    if not deep and k == 1:
         return scanned.flops, scanned.bytes_accessed, 0.0
+    single = {**{key: 1 for key, _ in loops}, "model.scan_layers": False} if deep else {}
+    variants = {0: single, **{depth: {**single, **{key: 2 for key in keys}}
+                              for depth, keys in deep.items()}}
     cost = {}
-    for layers in (1, 2) if scanned_layers else (m.num_layers,):
+    for variant, keys in variants.items():
         for micro in (1, 2) if k > 1 else (1,):
-            keys = {"model.num_layers": layers, "model.scan_layers": False} \
-                if scanned_layers else {}
+            over = dict(keys)
             if k > 1:   # microbatches of the same size, their loop unrolled
-                keys.update({"train.microbatches": micro,
+                over.update({"train.microbatches": micro,
                              "train.batch_size": config.train.batch_size // k * micro})
             with accumulation.unrolled() if k > 1 else contextlib.nullcontext():
-                cost[layers, micro] = compile_step(with_overrides(config, **keys), devices)
+                cost[variant, micro] = compile_step(with_overrides(config, **over), devices)
     seconds = sum(c.seconds for c in cost.values())
     if not all(c.fits for c in cost.values()):
         return scanned.flops, scanned.bytes_accessed, seconds
-    # bilinear in (layers, microbatches): a layer's forward and backward run
-    # per microbatch, its update once; the embeddings' and heads' likewise
-    more_l = m.num_layers - 1 if scanned_layers else 0
-    more_k = k - 1
 
     def total(field):
-        f = {key: getattr(c, field) for key, c in cost.items()}
-        at = lambda l, j: f.get((l if scanned_layers else m.num_layers, j))  # noqa: E731
-        out = at(1, 1)
-        if more_l:
-            out += more_l * (at(2, 1) - at(1, 1))
-        if more_k:
-            out += more_k * (at(1, 2) - at(1, 1))
-        if more_l and more_k:
-            out += more_l * more_k * (at(2, 2) - at(2, 1) - at(1, 2) + at(1, 1))
+        def at(variant, micro):
+            return getattr(cost[variant, micro], field)
+        out = at(0, 1) + ((k - 1) * (at(0, 2) - at(0, 1)) if k > 1 else 0)
+        for depth in deep:
+            layer = at(depth, 1) - at(0, 1)
+            if k > 1:
+                layer += (k - 1) * (at(depth, 2) - at(depth, 1) - at(0, 2) + at(0, 1))
+            out += (depth - 1) * layer
         return out
     return total("flops"), total("bytes_accessed"), seconds
 

@@ -184,7 +184,12 @@ def build_pipeline(pipeline, config, sources: list, done: dict[int, dict]) -> No
 
 
 def prepare_beam(config, beam_args: list[str] | None = None) -> dict:
-    """Runs the pipeline (blocking) and returns meta.json, as `prepare` does."""
+    """Runs the pipeline (blocking) and returns meta.json, as `prepare` does
+    (with data.sources: one pipeline per source that names a corpus)."""
+    from kjax.config.sources import has_sources
+    from kjax.pretrain import mixture
+    if has_sources(config):
+        return mixture.prepare_sources(config, prepare_beam, beam_args=beam_args)
     beam = _import_beam()
     from apache_beam.options.pipeline_options import PipelineOptions
     from kjax.pretrain.prepare import check_fingerprint, check_inputs, corpus_sources

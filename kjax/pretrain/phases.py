@@ -5,13 +5,19 @@ imported transformers model.
 A phase is a run of its own, in its own workdir, that starts from another
 run's checkpoint (`init.from_run`, `kjax train --init-from W1[/checkpoints/STEP]`):
 
-- it takes the parent's parameters; a leaf whose shape differs is named in
+- it takes the parent's parameters (or their EMA: `init.weights=ema`,
+  kjax/train/ema.py); its own EMA, if it keeps one, starts from them; a leaf whose shape differs is named in
   one line, except a position table that grows, whose new rows are freshly
   initialised or the parent's repeated (`init.new_positions`);
 - its optimizer state is fresh or the parent's (`init.optimizer`), its
   schedule its own from step 0 (its own warmup), its data iterator new;
 - WORKDIR/lineage.json names the parent run, its step, the fingerprint of
-  its checkpoint, its config, and the parent's own lineage.
+  its checkpoint, its config, what `kjax import` made it from when it is an
+  import (`parent_imported_from`, from the parent's import.json), and the
+  parent's own lineage.
+
+A decay branch (`init.mode=continue`, kjax/pretrain/branch.py) continues the
+parent's run instead: its step counter, optimizer, data position and schedule.
 
 A config may list its phases (`phases`): one `kjax train` runs them in order
 in WORKDIR/phases/NAME, each from the last checkpoint of the one before, and
@@ -19,8 +25,8 @@ the same command again continues the phase it was in.
 """
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 
 import flax
 import jax
@@ -28,13 +34,18 @@ import jax.numpy as jnp
 
 from kjax import paths
 from kjax.checkpoint import fingerprint
-from kjax.checkpoint.restore import locate_checkpoint, restore_read_only
-from kjax.config.load import load_config
-from kjax.config.recorded import has_recorded_config, recorded_config_path, workdir_of
+from kjax.checkpoint.restore import (check_weights, chosen_weights, locate_checkpoint,
+                                     restore_read_only)
+from kjax.config.load import apply_overrides, copy_of
+from kjax.config.recorded import workdir_of
 from kjax.errors import KjaxError
+from kjax.pretrain import run_folder
+from kjax.train import ema
+from kjax.train.optimizers import with_schedule_count
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
 
 LINEAGE = "lineage.json"
+IMPORT_RECORD = "import.json"   # what `kjax import` writes beside its checkpoint
 POSITION_TABLE = ("embeddings", "position_embeddings", "embedding")
 HINT = "pass the parent run's workdir, its checkpoints/ or checkpoints/STEP"
 
@@ -48,52 +59,76 @@ def write_lineage(workdir: str, lineage: dict) -> None:
     paths.write_text(paths.join(workdir, LINEAGE), json.dumps(lineage, indent=2) + "\n")
 
 
+def imported_from(folder: str):
+    """What `kjax import` converted into `folder` (its import.json's source: a
+    transformers folder, or an ELECTRA pair's two), None for a trained run."""
+    path = paths.join(folder, IMPORT_RECORD)
+    return paths.read_json(path).get("source") if paths.isfile(path) else None
+
+
 def describe(lineage: dict | None) -> str:
-    """One line for reports: "from RUN at step N (imported from SRC)", or ""."""
+    """One line for reports: "from RUN at step N (imported from SRC)", "the
+    average of N checkpoints: RUN at step S, ..." (`kjax average`), or ""."""
     if not lineage:
         return ""
+    if "averaged" in lineage:
+        sources = lineage["averaged"]
+        return (f"the average of {len(sources)} checkpoints' {lineage['weights']}: " +
+                ", ".join(f"{s['run']} at step {s['step']}" for s in sources))
     text = f"from {lineage['parent']} at step {lineage['parent_step']}"
-    origin = lineage.get("parent_origin", "")
-    if origin.startswith("Written by `kjax import"):
-        text += f" ({origin.removesuffix(': the imported model' + chr(39) + 's settings')})"
-    return text
+    if lineage.get("init", {}).get("mode") == "continue":   # kjax/pretrain/branch.py
+        text += ", continuing its run (a decay branch)"
+    source = lineage.get("parent_imported_from")
+    if isinstance(source, dict):   # an ELECTRA pair
+        source = " --generator ".join(str(v) for v in source.values())
+    return text + (f" (imported from {source} by `kjax import`)" if source else "")
 
 
-def parent_config(config, parent: str):
-    """The parent run's recorded config, on this run's mesh."""
-    recorded = recorded_config_path(parent)
-    if not has_recorded_config(parent):
+def parent_config(config, parent: str, recorded=None):
+    """(The parent run's recorded config on this run's mesh, its file): from
+    `recorded` (run_folder.Recorded, the parent's record as the command read
+    it) when that is the parent's, else read here, once."""
+    if recorded is None or not _same_folder(recorded.folder, parent):
+        recorded = run_folder.read_recorded(parent)
+    if recorded is None:
         raise KjaxError(f"--init-from {parent}: it has no kjax_config.py, so its model is "
                         f"unknown; {HINT} of a `kjax train` or `kjax import` run")
-    c = load_config(recorded)
+    c = copy_of(recorded.config)
     c.mesh = config.mesh
-    return c, recorded
+    return c, recorded.path
 
 
-def init_from_parent(config, mesh, model, tx, shardings) -> tuple[dict, dict]:
-    """(this run's first state, its lineage) from the run `init.from_run` names."""
+def _same_folder(a: str, b: str) -> bool:
+    norm = lambda p: p.rstrip("/") if paths.is_remote(p) else os.path.abspath(p)  # noqa: E731
+    return norm(a) == norm(b)
+
+
+def init_from_parent(config, mesh, model, tx, shardings, recorded=None) -> tuple[dict, dict]:
+    """(this run's first state, its lineage) from the run `init.from_run` names
+    (`recorded`: its record, if the command read it already)."""
     directory, step = locate_checkpoint(config.init.from_run, "--init-from", HINT)
     parent = workdir_of(directory)
-    pconfig, recorded = parent_config(config, parent)
+    pconfig, recorded = parent_config(config, parent, recorded)
+    check_weights(pconfig, config.init.weights, parent, "init.weights")
     ptx = make_optimizer(pconfig.train)
     target, _ = abstract_state(pconfig, mesh, make_model(pconfig, False), ptx)
     pstate, _, step = restore_read_only(directory, target, step, what="--init-from STEP")
     state, _ = init_state(config, mesh, model, tx, shardings)
-    params, notes = graft(state["params"], pstate["params"], config, shardings["params"])
+    params, notes = graft(state["params"], chosen_weights(pstate, config.init.weights), config,
+                          shardings["params"])
+    state = ema.with_ema(config.train, {**state, "params": params})   # from the grafted ones
     if config.init.optimizer == "keep":
         state["opt_state"] = kept_optimizer(state, pstate, pconfig, config, parent)
-    sums = fingerprint.restored_sums(pstate)
     lineage = {
         "parent": parent, "parent_checkpoint": paths.join(directory, str(step)),
         "parent_step": int(step),
-        "parent_fingerprint": hashlib.sha256(json.dumps(sums, sort_keys=True).encode())
-        .hexdigest()[:16],
+        "parent_fingerprint": fingerprint.digest(pstate),
         "parent_config": recorded,
-        "parent_origin": paths.read_text(recorded).lstrip('"').split("\n", 1)[0],
+        "parent_imported_from": imported_from(parent),   # None: a trained run
         "init": {"optimizer": config.init.optimizer,
-                 "new_positions": config.init.new_positions},
+                 "new_positions": config.init.new_positions, "weights": config.init.weights},
         "notes": notes, "parent_lineage": read_lineage(parent)}
-    return {**state, "params": params}, lineage
+    return state, lineage
 
 
 def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, list[str]]:
@@ -142,7 +177,11 @@ def graft(fresh: dict, parent: dict, config, param_shardings) -> tuple[dict, lis
 
 
 def kept_optimizer(state, pstate, pconfig, config, parent: str):
-    """The parent's optimizer state (init.optimizer=keep): same optimizer, same shapes."""
+    """The parent's optimizer state (init.optimizer=keep): same optimizer, same
+    shapes; its moments as they are, its schedule's clock at 0, so the phase
+    runs its own schedule from step 0 (optax counts the updates an optimizer
+    state has made: kept as is, the phase would apply its schedule at the
+    parent's step count plus its own)."""
     if pconfig.train.optimizer != config.train.optimizer:
         raise KjaxError(f"init.optimizer=keep: {parent} trained with train.optimizer="
                         f"{pconfig.train.optimizer!r}, this run with "
@@ -154,7 +193,7 @@ def kept_optimizer(state, pstate, pconfig, config, parent: str):
         raise KjaxError(f"init.optimizer=keep: the optimizer state of {parent} does not fit "
                         f"this model (a grown position table, another optimizer setting); "
                         f"set --config.init.optimizer=fresh")
-    return pstate["opt_state"]
+    return with_schedule_count(pstate["opt_state"], 0)
 
 
 def phase_configs(config) -> list[tuple[str, object]]:
@@ -169,21 +208,10 @@ def phase_configs(config) -> list[tuple[str, object]]:
                             f"letters, digits, - and _)")
         if name in dict(out):
             raise KjaxError(f"phases: two phases are named {name!r}; name each once")
-        c = config.copy_and_resolve_references()
+        c = copy_of(config)
         c.phases = ()
-        for dotted, value in dict(phase.get("overrides", {})).items():
-            *sections, leaf = str(dotted).split(".")
-            node = c
-            for section in sections:
-                node = node.get(section) if hasattr(node, "get") else None
-            if node is None or not hasattr(node, "get") or leaf not in node or \
-                    hasattr(node[leaf], "items"):
-                raise KjaxError(f"phases[{i}] ({name}): {dotted!r} is not a config key; "
-                                f"`kjax config show` lists them")
-            try:
-                node[leaf] = value
-            except (TypeError, ValueError) as e:
-                raise KjaxError(f"phases[{i}] ({name}): {dotted}={value!r}: {e}") from None
+        # the one override function, typed by each key (kjax/config/load.py)
+        apply_overrides(c, dict(phase.get("overrides", {})), where=f"phases[{i}] ({name}): ")
         check_config(c)
         out.append((name, c))
     return out
@@ -198,15 +226,15 @@ def phase_config(config, name: str):
     return configs[name]
 
 
-def run_phases(config, workdir: str, train, **kwargs) -> dict:
+def run_phases(config, workdir: str, train, recorded=None, **kwargs) -> dict:
     """Trains each listed phase in WORKDIR/phases/NAME, in order, each from the
     last checkpoint of the one before (the first from `init.from_run`, if any);
     a finished phase returns at once, so the same command continues the phase
-    it was in. Stops, and returns, where a phase stops before its end."""
-    from kjax.config.recorded import record_config
+    it was in. Stops, and returns, where a phase stops before its end.
+    `recorded`: WORKDIR's record as the command read it (run_folder.Recorded)."""
     configs = phase_configs(config)
-    if jax.process_index() == 0:
-        record_config(config, workdir)   # `kjax train --workdir W` resumes with it
+    if jax.process_index() == 0:   # `kjax train --workdir W` resumes with it
+        run_folder.record_run(config, workdir, recorded)
     previous, done = config.init.from_run, []
     for name, c in configs:
         c.init.from_run = previous

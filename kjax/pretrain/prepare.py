@@ -28,6 +28,8 @@ import numpy as np
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.batches.packing import packed_rows
+from kjax.config.sources import has_sources
+from kjax.pretrain import mixture
 from kjax.progress import Progress
 from kjax.examples import records
 from kjax.examples.masking import static_mask_rng
@@ -136,10 +138,17 @@ def _chunks(config, files, stats, docs_per_chunk):
         yield chunk_index, docs
 
 
+# data keys that never change a shard (the mixture, dynamic masking's
+# schedule, held-out masks drawn in the loader): left out of the fingerprint, so
+# folders prepared before these keys existed still match.
+NOT_IN_SHARDS = ("dir", "sources", "source_temperature", "mask_schedule", "final_masked_lm_prob",
+                 "mask_schedule_steps", "eval_masked_lm_prob")
+
+
 def fingerprint(config) -> dict:
     """What decides the shards' content: a resumed job must match it exactly."""
     tokenizer_hash = hashlib.sha256(paths.read_bytes(tokenizer_file(config))).hexdigest()[:16]
-    data = {k: v for k, v in config.data.to_dict().items() if k != "dir"}
+    data = {k: v for k, v in config.data.to_dict().items() if k not in NOT_IN_SHARDS}
     return {"data": data, "tokenizer": tokenizer_hash, "vocab_size": config.model.vocab_size}
 
 
@@ -236,6 +245,11 @@ def build_meta(config, stats: CorpusStats, totals: dict[str, int]) -> dict:
 
 
 def prepare(config, num_workers: int = 1, progress: bool = True) -> dict:
+    """meta.json of data.dir; with data.sources, {source: its meta.json}, each
+    source that names a corpus prepared into its own folder (mixture.py)."""
+    if has_sources(config):
+        return mixture.prepare_sources(config, prepare, num_workers=num_workers,
+                                       progress=progress)
     d = config.data
     files = corpus_sources(config)
     check_inputs(config, files)

@@ -11,6 +11,7 @@ stable, any schedule during its warmup): the curve goes on without a jump.
 from __future__ import annotations
 
 from kjax import paths
+from kjax.config.mask_schedule import schedule_steps, scheduled
 from kjax.config.recorded import config_differences
 from kjax.errors import KjaxError
 
@@ -26,7 +27,7 @@ SAME_NUMBERS = (
     "train.keep_checkpoints", "train.peak_flops", "train.prefetch", "train.loader_workers",
     "train.profile_steps", "train.microbatches", "model.attention_impl",
     "model.attention_tiles", "model.remat_policy", "model.scan_unroll", "init.from_run",
-    "init.optimizer", "init.new_positions",
+    "init.optimizer", "init.new_positions", "init.weights", "init.mode",
 )
 
 
@@ -44,6 +45,10 @@ def check_resume(config, recorded, workdir: str, step: int | None) -> list[str]:
     if recorded is None or step is None:
         return []
     diffs = config_differences(recorded, config)
+    # a mask schedule's length written out as the num_steps it ran over computes the same
+    same_length = schedule_steps(recorded.data, recorded.train.num_steps) == schedule_steps(
+        config.data, config.train.num_steps)
+    diffs = [d for d in diffs if not (_key(d) == "data.mask_schedule_steps" and same_length)]
     refused = [d for d in diffs if _computes(_key(d))]
     if refused:
         shown = "; ".join(refused[:4]) + (f"; and {len(refused) - 4} more"
@@ -60,17 +65,22 @@ def check_resume(config, recorded, workdir: str, step: int | None) -> list[str]:
 
 
 def _check_new_length(config, recorded, workdir: str, step: int) -> None:
-    from kjax.train.schedules import learning_rate_schedule
-    old = float(learning_rate_schedule(recorded.train)(step))
-    new = float(learning_rate_schedule(config.train)(step))
+    from kjax.train.schedules import rate_jump
+    jump = rate_jump(recorded.train, config.train, step)
     if step > config.train.num_steps:
         raise KjaxError(f"train.num_steps={config.train.num_steps}, but {workdir} has trained "
                         f"to step {step} already; give a num_steps of at least {step}")
-    if abs(new - old) > 1e-6 * max(abs(old), 1e-12):
+    if scheduled(config.data) and schedule_steps(config.data, config.train.num_steps) != \
+            schedule_steps(recorded.data, recorded.train.num_steps):
+        raise KjaxError(f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} "
+                        f"would stretch the mask-rate schedule of {workdir} (data.mask_schedule="
+                        f"{config.data.mask_schedule!r} runs over num_steps); set "
+                        f"--config.data.mask_schedule_steps={recorded.train.num_steps} to keep it")
+    if jump:
         raise KjaxError(
             f"train.num_steps {recorded.train.num_steps} → {config.train.num_steps} would move "
-            f"the learning rate of {workdir} at step {step} from {old:.3g} to {new:.3g} (its "
-            f"{config.train.schedule} schedule is laid over num_steps); to train longer, start "
+            f"the learning rate of {workdir} at step {step} from {jump[0]:.3g} to "
+            f"{jump[1]:.3g} (its {config.train.schedule} schedule is laid over num_steps); to train longer, start "
             f"a new phase from it (`kjax train --config ... --workdir NEW_WORKDIR --init-from "
             f"{workdir}`, its own warmup), or plan the run with train.schedule=constant or wsd, "
             f"whose length may change while the learning rate is stable")

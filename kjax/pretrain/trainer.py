@@ -28,35 +28,31 @@ from kjax.batches.loader import eval_batches, train_dataset
 from kjax.checkpoint import storage
 from kjax.checkpoint.manager import Checkpointer
 from kjax.checkpoint.recovery import restore_newest, restore_step
+from kjax.checkpoint.restore import check_weights, chosen_weights
 from kjax.errors import KjaxError
-from kjax.examples import records
 from kjax.progress import Progress
 from kjax.parallel.mesh import (global_any, make_mesh, processes_meet, put_batch,
                                 read_replicated)
-from kjax.config.recorded import flush_notes, record_config
-from kjax.pretrain import phases
-from kjax.pretrain.run_config import resolve_run
+from kjax.config.recorded import flush_notes
+from kjax.pretrain import branch, mixture, phases
+from kjax.pretrain.run_folder import record_run
+from kjax.pretrain.run_load import Run, training_run
 from kjax.train.logdir import local_log_dir, pull_logs, push_logs
 from kjax.train.goodput import Goodput
 from kjax.train.metrics import MetricWriter, plot_loss_curve
 from kjax.train.peak_flops import peak_flops
 from kjax.train.profiler import StepProfiler
+from kjax.train.stage_steps import StageSteps
+from kjax.train.stream_meter import StreamMeter
 from kjax.train.state import abstract_state, init_state, make_model, make_optimizer
-from kjax.train.step import (flops_per_example, make_eval_step, make_train_step,
-                             objective_weights, summarize_eval)
+from kjax.train.step import (flops_per_example, make_eval_step, objective_weights,
+                             summarize_eval)
 
 
 def check_data(config) -> dict:
-    meta = records.read_meta(config.data.dir)
-    d, m = config.data, config.model
-    for key, want in (("vocab_size", m.vocab_size), ("max_seq_len", d.max_seq_len),
-                      ("max_predictions_per_seq", d.max_predictions_per_seq)):
-        if meta.get(key) != want:
-            section = "model" if key == "vocab_size" else "data"
-            raise KjaxError(f"{config.data.dir} was prepared with {key}={meta.get(key)} but the "
-                            f"config has {section}.{key}={want}; run `kjax prepare` again or "
-                            f"set --config.{section}.{key}={meta.get(key)}")
-    return meta
+    """The prepared data's meta.json (a mixture's: its first source's), every
+    folder checked against the config (kjax/pretrain/mixture.py)."""
+    return mixture.check_prepared(config)[0]
 
 
 PREEMPTED_EXIT = 143  # 128 + SIGTERM: "terminated", so supervisors restart the job
@@ -108,8 +104,12 @@ class PreemptionCheck:
 class Session:
     """Mesh, model, optimizer, checkpoints and compiled steps for one workdir."""
 
-    def __init__(self, config, workdir: str, read_only: bool = False):
+    def __init__(self, config, workdir: str, read_only: bool = False, recorded=None,
+                 parent=None):
         self.config, self.workdir, self.lineage = config, workdir, None
+        # what the command read (kjax/pretrain/run_load.py), not read again: the
+        # workdir's record before this session, and --init-from's record
+        self.recorded, self.parent = recorded, parent
         self.mesh = make_mesh(config)
         check_data(config)
         self.tx = make_optimizer(config.train)
@@ -126,9 +126,14 @@ class Session:
         with goodput.timed("checkpoint"):
             found = restore_newest(self.checkpoints, target, move_damaged=True)
         if found is None:
+            if branch.continuing(self.config):   # a decay branch: the parent's run, continued
+                state, data_state, self.lineage = branch.continue_from_parent(
+                    self.config, self.mesh, self.train_model, self.tx, shardings,
+                    branch.branch_start(self.config, self.workdir), self.parent)
+                return state, shardings, data_state
             if self.config.init.from_run:   # a new phase: another run's parameters
                 state, self.lineage = phases.init_from_parent(
-                    self.config, self.mesh, self.train_model, self.tx, shardings)
+                    self.config, self.mesh, self.train_model, self.tx, shardings, self.parent)
                 return state, shardings, None
             state, shardings = init_state(self.config, self.mesh, self.train_model, self.tx,
                                           shardings)
@@ -137,36 +142,38 @@ class Session:
         return state, shardings, data_state
 
     def evaluate(self, eval_fn, params) -> dict:
+        """Held-out metrics; a mixture's pooled and per source (mixture.py)."""
         c = self.config
-        sums = [eval_fn(params, put_batch(b, self.mesh)) for b in eval_batches(
-            c, c.train.batch_size, c.train.eval_batches, jax.process_index(),
-            jax.process_count())]
-        if not sums:
-            raise KjaxError(f"no eval examples in {c.data.dir}; lower data.eval_every_nth_doc")
-        return summarize_eval(jax.device_get(sums), objective_weights(c))
+        return mixture.evaluate(
+            c, lambda directory: eval_batches(c, c.train.batch_size, c.train.eval_batches,
+                                              jax.process_index(), jax.process_count(),
+                                              directory),
+            lambda b: eval_fn(params, put_batch(b, self.mesh)),
+            lambda sums: summarize_eval(jax.device_get(sums), objective_weights(c)))
 
 
 def train(config, workdir: str, progress: bool = True, stop_at: int | None = None) -> dict:
     """Trains to train.num_steps (or stops early at `stop_at`, checkpointing
     there, with the schedule of the full run: how a time-limited job ends).
-    SIGTERM stops it the same way at the next step (`preempted` in the result)."""
-    if config.phases:   # one run in the listed phases, each a run of its own
-        return phases.run_phases(config, workdir, train, progress=progress, stop_at=stop_at)
+    SIGTERM stops it the same way at the next step (`preempted` in the result).
+    `config`: the `Run` kjax/pretrain/run_load.py made of the command (its
+    config resolved against `workdir`), or a config, resolved here the same way."""
+    run = config if isinstance(config, Run) else training_run(config, workdir)
+    if run.config.phases:   # one run in the listed phases, each a run of its own
+        return phases.run_phases(run.config, workdir, train, run.recorded, progress=progress,
+                                 stop_at=stop_at)
     with StopSignal() as stop:
-        return _train(config, workdir, progress, stop_at, stop)
+        return _train(run, workdir, progress, stop_at, stop)
 
 
-def _train(config, workdir, progress, stop_at, stop: StopSignal) -> dict:
+def _train(run: Run, workdir, progress, stop_at, stop: StopSignal) -> dict:
     primary = jax.process_index() == 0  # only process 0 writes metrics, plots, goodput
-    # Read-only, full or a file: one line before compiling.
-    last = storage.listed_last_step(os.path.join(workdir, "checkpoints"))
-    storage.check_writable(workdir, last)
-    config = resolve_run(config, workdir, last)   # frozen from here on (run_config.py)
+    config = run.config   # resolved and frozen (run_config.py), the workdir checked
     logs = local_log_dir(workdir)  # the workdir, or a local mirror of gs:// (logdir.py)
     if primary:
         pull_logs(workdir)
     goodput = Goodput(logs, enabled=primary)
-    s = Session(config, workdir)
+    s = Session(config, workdir, recorded=run.recorded, parent=run.parent)
     writer = None
     try:
         state, shardings, data_state = s.initial_state(goodput)
@@ -197,14 +204,16 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
         writer.close()
         return {"step": start, "message": "already trained to train.num_steps"}
     iterator = iter(train_dataset(c, jax.process_index(), jax.process_count()))
+    meter = StreamMeter(c, s.mesh, data_state)   # masked share, a mixture's counters
     if data_state is not None:
-        iterator.set_state(data_state)
-    train_step = make_train_step(c, s.mesh, s.train_model, s.tx, shardings)
+        iterator.set_state(meter.iterator_state(data_state))
+    # one compiled step per batch-ramp stage (kjax/train/stage_steps.py)
+    steps = StageSteps(c, s.mesh, s.train_model, s.tx, shardings)
+    steps.check_position(start, iterator)
     eval_step = make_eval_step(c, s.mesh, s.eval_model, shardings["params"])
-    step_flops = flops_per_example(c.model, c.data.max_seq_len,
-                                   c.data.max_predictions_per_seq) * t.batch_size
+    example_flops = flops_per_example(c.model, c.data.max_seq_len,
+                                      c.data.max_predictions_per_seq)
     peak, peak_source = peak_flops(c)
-    tokens_per_step = t.batch_size * c.data.max_seq_len
     preempted = PreemptionCheck(s.mesh, stop)
     # The bar counts steps whose result exists (not steps dispatched ahead of
     # the device): `done` advances it as their losses become ready, and a log
@@ -220,29 +229,34 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     processes_meet("train_loop")   # the first step's collectives find every process there
     last = {"step": start}
     goodput.start_loop(start)
-    window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+    window_start, window_steps, window_examples, data_wait = time.perf_counter(), 0, 0, 0.0
     profiler = StepProfiler(c, logs, start, workdir, bar)   # train.profile_steps
     try:
         for step in range(start + 1, t.num_steps + 1):
             profiler.begin(step)
             fetch_start = time.perf_counter()
             with goodput.timed("data_wait"):
-                batch = put_batch(next(iterator), s.mesh)
+                batch = meter.take(put_batch(next(iterator), s.mesh))
             data_wait += time.perf_counter() - fetch_start
+            stage, train_step = steps(step)
             state, metrics = train_step(state, batch)
             window_start += profiler.end(step, (state, metrics))  # writing a trace: not step time
             s.checkpoints.check_for_errors()  # a failed background write: stop now, in one line
-            window_steps += 1
+            window_steps, window_examples = window_steps + 1, window_examples + stage.batch_size
             dispatched.append(metrics["loss"])
             done(wait=False)
             if step % t.log_every == 0 or step == t.num_steps or step == start + 1:
                 done(wait=True)
                 m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                m.update(meter.metrics(batch, step))
+                m.update(steps.logged(step))   # a ramp's batch and tokens so far
                 elapsed = time.perf_counter() - window_start
                 step_time = elapsed / window_steps
-                m.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time,
+                # the window's examples: a ramp's stages hold different batches
+                m.update(step_time=step_time,
+                         tokens_per_sec=window_examples * c.data.max_seq_len / elapsed,
                          data_wait_fraction=data_wait / elapsed,
-                         mfu=step_flops / step_time / peak)
+                         mfu=example_flops * window_examples / elapsed / peak)
                 if step == start + 1:
                     m["compile_and_first_step_time"] = m.pop("step_time")
                     m.pop("tokens_per_sec"), m.pop("mfu")
@@ -250,9 +264,10 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 goodput.save(step)
                 bar.update(0, loss=f"{m['loss']:.3f}", mlm_acc=f"{m['mlm_accuracy']:.3f}")
                 last = {"step": step, **m}
-                window_start, window_steps, data_wait = time.perf_counter(), 0, 0.0
+                window_start, window_steps, window_examples, data_wait = \
+                    time.perf_counter(), 0, 0, 0.0
             if primary and step == start + 1:   # the first step ran: the config works
-                record_config(c, workdir)       # WORKDIR/kjax_config.py (kjax/config/recorded.py)
+                record_run(c, workdir, s.recorded)   # WORKDIR/kjax_config.py, its files kept
                 if s.lineage:                   # a phase: where its parameters came from
                     phases.write_lineage(workdir, s.lineage)
             if t.eval_every and (step % t.eval_every == 0 or step == t.num_steps):
@@ -268,7 +283,8 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
                 jax.block_until_ready(state)  # the step's compute is step time, not checkpoint
                 with goodput.timed("checkpoint"):
                     writer.flush()   # the steps this checkpoint covers are logged for good
-                    s.checkpoints.save(step, state, iterator.get_state(), force=True)
+                    s.checkpoints.save(step, state, meter.data_state(iterator.get_state()),
+                                       force=True)
                     if primary:
                         push_logs(workdir)
             if stop_now:
@@ -296,9 +312,11 @@ def _loop(s: Session, state, shardings, data_state, start, writer, goodput, logs
     return last
 
 
-def evaluate(config, workdir: str, step: int | None = None) -> dict:
+def evaluate(config, workdir: str, step: int | None = None, weights: str = "params") -> dict:
     """Held-out metrics of `step`, or of the newest checkpoint that verifies
-    (damaged newer ones are named and skipped, not moved: eval only reads)."""
+    (damaged newer ones are named and skipped, not moved: eval only reads);
+    `weights`: its params or their EMA (kjax/checkpoint/restore.py)."""
+    check_weights(config, weights, workdir)
     s = Session(config, workdir, read_only=True)
     try:
         target, shardings = abstract_state(config, s.mesh, s.train_model, s.tx)
@@ -311,7 +329,8 @@ def evaluate(config, workdir: str, step: int | None = None) -> dict:
                                 f"(`kjax train`)")
             state, _, step = found
         eval_step = make_eval_step(config, s.mesh, s.eval_model, shardings["params"])
-        result = {"step": step, **s.evaluate(eval_step, state["params"])}
+        result = {"step": step, "weights": weights,
+                  **s.evaluate(eval_step, chosen_weights(state, weights))}
         if lineage := phases.describe(phases.read_lineage(workdir)):
             result["started"] = lineage   # a phase: the run its parameters came from
     finally:

@@ -16,8 +16,10 @@ import contextlib
 import os
 
 from kjax import paths
+from kjax.config.load import copy_of
 from kjax.errors import KjaxError
 from kjax.progress import Progress, Ticker
+from kjax.config.sources import sources
 from kjax.text.corpus import CorpusStats, iter_sentences, resolve_corpus
 from kjax.tokens.sentencepiece import SentencePieceTokenizer, train_sentencepiece
 
@@ -74,7 +76,9 @@ def train_tokenizer(config, progress: bool = True) -> tuple[str, CorpusStats]:
         raise KjaxError("tokenizer.scheme='imported' is the tokenizer of an imported model "
                         "(`kjax import --hf DIR` copies it); it is not trained by kjax")
     stats = CorpusStats()
-    corpus = t.corpus or config.data.corpus    # tokenizer.corpus: the vocabulary's own text
+    # tokenizer.corpus: the vocabulary's own text; else data.corpus, or every source's
+    corpus = t.corpus or config.data.corpus or ",".join(
+        s.corpus for s in sources(config) if s.corpus)
     with _Feed(iter_sentences(resolve_corpus(corpus), stats), t.scheme,
                progress) as sentences:
         _train(config, sentences)
@@ -167,6 +171,6 @@ def local_tokenizer(config):
         for suffix in TOKENIZER_SUFFIXES.get(t.scheme, ()):
             if paths.isfile(t.path + suffix):
                 paths.download(t.path + suffix, prefix + suffix)
-        local = config.copy_and_resolve_references()
+        local = copy_of(config)
         local.tokenizer.path = prefix
         yield local

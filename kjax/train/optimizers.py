@@ -149,3 +149,21 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
         raise KjaxError(f"train.optimizer={name!r}; choose {', '.join(OPTIMIZERS)}")
     return optax.chain(optax.clip_by_global_norm(train_cfg.grad_clip_norm),
                        OPTIMIZERS[name](train_cfg, learning_rate_schedule(train_cfg)))
+
+
+def with_schedule_count(opt_state, count: int):
+    """`opt_state` with the clock of every learning-rate schedule in it
+    (optax's ScaleByScheduleState.count, which counts the updates this state
+    has made) at `count`, each on its own device layout: a kept optimizer
+    state then applies the schedule of the run's own step counter (a phase's
+    from 0, a decay branch's from its parent's step), not the updates its
+    parent made. Adam's moments and their bias correction keep their count."""
+    def reset(s):
+        if isinstance(s, optax.ScaleByScheduleState):
+            c = s.count
+            value = jnp.asarray(count, c.dtype)
+            return s._replace(count=jax.device_put(value, c.sharding)
+                              if isinstance(c, jax.Array) else value)
+        return s
+    return jax.tree.map(reset, opt_state,
+                        is_leaf=lambda s: isinstance(s, optax.ScaleByScheduleState))

@@ -95,6 +95,16 @@ def learning_rate_schedule(train_cfg) -> optax.Schedule:
     return SCHEDULES[name](train_cfg)
 
 
+def rate_jump(before, after, step: int) -> tuple[float, float] | None:
+    """(before's rate, after's rate) at 0-based `step` where two train
+    sections' schedules differ there (beyond float rounding), else None: a
+    run continued with another schedule (a longer resume, a decay branch)
+    may change it only where the curve has no jump."""
+    old = float(learning_rate_schedule(before)(step))
+    new = float(learning_rate_schedule(after)(step))
+    return (old, new) if abs(new - old) > 1e-6 * max(abs(old), 1e-12) else None
+
+
 def schedule_points(train_cfg) -> list[tuple[int, float, str]]:
     """(step, learning rate, what happens there) at the steps that show the
     curve: 0, the end of warmup, wsd's decay start, quarters of the run and

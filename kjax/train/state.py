@@ -1,7 +1,8 @@
 """Train state, optimizer and the sharded initialisation.
 
-The state is a plain dict pytree — {step, params, opt_state, rng} — so
-orbax saves and restores it as is. Shardings come from the logical axis
+The state is a plain dict pytree — {step, params, opt_state, rng}, and
+`ema` when `train.ema_decay` > 0 (kjax/train/ema.py) — so orbax saves and
+restores it as is. Shardings come from the logical axis
 names on the parameters (see kjax.parallel.mesh), found by tracing the
 initialiser abstractly: nothing is materialised before it is placed.
 """
@@ -16,25 +17,19 @@ import jax.numpy as jnp
 from kjax import objectives
 from kjax.config.platform import platform
 from kjax.inputs import input_mode
+from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
-from kjax.model.electra import ElectraForPreTraining
-from kjax.model.encoder import BertForPreTraining
-from kjax.model.modern import ModernBertForPreTraining
 from kjax.parallel.mesh import data_sharded, logical_rules, logical_sharding, on_mesh
+from kjax.train import ema
 # The optimizer and schedule registries; imported from here by the trainers and tests.
 from kjax.train.optimizers import NO_DECAY_MODULES, decay_mask, make_optimizer  # noqa: F401
 from kjax.train.schedules import learning_rate_schedule  # noqa: F401
 
 
-ARCHITECTURES = {"bert": BertForPreTraining, "modern": ModernBertForPreTraining,
-                 "electra": ElectraForPreTraining}
-
-
 def make_model(config, deterministic: bool, return_analysis: bool = False):
-    """The pretraining model of `model.arch` (kjax/model/encoder.py, modern.py, electra.py)."""
+    """The pretraining model of `model.arch` (kjax/model/arch)."""
     enc = EncoderConfig.from_config(config.model, config.knowledge)
-    return ARCHITECTURES[enc.arch](enc, deterministic=deterministic,
-                                   return_analysis=return_analysis)
+    return architecture(enc).build(enc, deterministic, return_analysis)
 
 
 MODEL_ARGS = ("input_ids", "token_type_ids", "attention_mask", "mlm_positions")
@@ -59,8 +54,9 @@ def _init_fn(config, model, tx):
         params_rng, dropout_rng = jax.random.split(rng)
         args, kwargs = dummy_inputs(config)
         params = model.init(params_rng, *args, **kwargs)["params"]
-        return {"step": jnp.zeros((), jnp.int32), "params": params,
-                "opt_state": tx.init(params), "rng": jax.random.key_data(dropout_rng)}
+        return ema.with_ema(config.train, {   # its EMA (boxed as the params), if kept
+            "step": jnp.zeros((), jnp.int32), "params": params,
+            "opt_state": tx.init(params), "rng": jax.random.key_data(dropout_rng)})
     return init
 
 

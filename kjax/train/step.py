@@ -19,11 +19,10 @@ import optax
 from kjax import objectives
 from kjax.config.platform_defaults import require_resolved
 from kjax.inputs import input_mode
-from kjax.model.config import EncoderConfig
-from kjax.model.electra import generator_config
+from kjax.model.arch import architecture
 from kjax.objectives import METRIC_OBJECTIVE, objective_weights  # noqa: F401 (re-exported)
 from kjax.parallel.mesh import batch_sharding, on_mesh, replicated
-from kjax.train import accumulation
+from kjax.train import accumulation, ema
 from kjax.train.state import learning_rate_schedule
 
 
@@ -77,6 +76,9 @@ def make_train_step(config, mesh, train_model, tx, shardings):
         metrics["learning_rate"] = schedule(state["step"])
         new_state = {**state, "step": state["step"] + 1, "params": params,
                      "opt_state": opt_state}
+        if ema.KEY in state:   # train.ema_decay > 0 (kjax/train/ema.py)
+            new_state[ema.KEY] = ema.update(state[ema.KEY], params, state["step"],
+                                            config.train.ema_decay)
         return new_state, metrics
 
     jitted = jax.jit(train_step, in_shardings=(shardings, batch_sharding(mesh)),
@@ -89,6 +91,13 @@ def make_train_step(config, mesh, train_model, tx, shardings):
     return run
 
 
+def real_rows(batch: dict):
+    """How many rows of `batch` hold an example (a packed row counts once):
+    every real row attends from its first position, an eval batch's filler
+    rows (kjax/batches/loader.py) from none."""
+    return batch["attention_mask"][:, 0].astype(jnp.float32).sum()
+
+
 def make_eval_step(config, mesh, eval_model, param_shardings):
     """Returns weighted sums of every metric (and `<objective>_weight`, the
     slot counts) so batches of any fill combine exactly on the host."""
@@ -99,7 +108,7 @@ def make_eval_step(config, mesh, eval_model, param_shardings):
         sums = {k: v * slots[METRIC_OBJECTIVE[k]] for k, v in m.items() if k in METRIC_OBJECTIVE}
         used = {METRIC_OBJECTIVE[k] for k in sums}
         return {**sums, **{f"{o}_weight": slots[o] for o in used},
-                "examples": batch["nsp_weights"].sum()}   # 1 per real example, NSP or not
+                "examples": real_rows(batch)}
 
     jitted = jax.jit(eval_step, in_shardings=(param_shardings, batch_sharding(mesh)),
                      out_shardings=replicated(mesh))
@@ -126,22 +135,6 @@ def summarize_eval(sums: list[dict], weights: dict[str, float] | None = None) ->
 
 def flops_per_example(model_cfg, seq_len: int, predictions: int) -> float:
     """Training FLOPs (forward + backward = 3× forward) per example, counting
-    *bidirectional* attention: every query sees all seq_len keys."""
-    h, i, v, L = (model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.vocab_size,
-                  model_cfg.num_layers)
-    if model_cfg.get("arch", "bert") == "modern":   # GeGLU: 3 matrices; local layers see w + 1 keys
-        every, window = model_cfg.global_attn_every_n_layers, model_cfg.local_attention
-        keys = [seq_len if not window or k % every == 0 else min(seq_len, window + 1)
-                for k in range(L)]
-        encoder = sum(seq_len * (2 * (4 * h * h + 3 * h * i) + 2 * 2 * n * h) for n in keys)
-        return 3.0 * (encoder + predictions * 2 * (h * h + h * v))
-    per_token_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq_len * h  # proj+FFN, QKᵀ and αV
-    encoder = L * seq_len * per_token_layer
-    heads = predictions * 2 * (h * h + h * v) + 2 * (h * h + 2 * h)  # MLM at p rows, pooler+NSP
-    if model_cfg.get("arch", "bert") == "electra":   # + the generator; RTD's head at every token
-        gen = generator_config(EncoderConfig.from_config(model_cfg))
-        g, e = gen.hidden_size, gen.embed_dim
-        encoder += gen.num_layers * seq_len * (2 * (4 * g * g + 2 * g * gen.intermediate_size)
-                                               + 2 * 2 * seq_len * g)
-        heads = predictions * 2 * (g * e + e * v) + seq_len * 2 * (h * h + h)
-    return 3.0 * (encoder + heads)
+    *bidirectional* attention: every query sees all seq_len keys; the
+    architecture counts its own (kjax/model/arch)."""
+    return architecture(model_cfg).flops_per_example(model_cfg, seq_len, predictions)

@@ -1,14 +1,17 @@
 """The flash-attention kernels with SHAKE's Eq. 1 and the dropout keep bits
 inside (Pallas: Triton on GPU, Mosaic on TPU, interpret mode on CPU), and
 the one function the model reaches them through, `sharded_flash_attention`
-(kjax/model/attention_core.py's `fused_attention` calls it), and
-`tiles_chosen_while`, the tiles a trace of a step chose (attention_core's
-`flash_tiles_chosen`, for a run's config):
+(kjax/model/attention_core.py's `fused_attention` calls it), and for a run's
+config (attention_core's `choose_flash_tiles`) the tiles as values:
+`flash_calls`, the calls a traced step makes, read from its jaxpr, and
+`choose_tiles`, the tiles to fix for them (tuning.py):
 
     attention.py   flash_attention: the forward and backward pallas_calls, custom VJP
     kernels.py     the kernel bodies (online softmax, Eq. 1, keep bits per tile)
     tiles.py       how each kernel tiles the sequence, per platform
-    tuning.py      on a GPU, the tiles timed on the card per call signature
+    tuning.py      a traced call's tiles (the config's, else the table); on a GPU,
+                   better ones timed on the card per call signature, chosen before
+                   a step is traced
 
 The keep bits' hash lives beside them in kjax/model/dropout_hash.py: hidden
 dropout draws from it too.
@@ -27,7 +30,10 @@ from kjax.config.platform import platform
 from kjax.model.flash import tuning as flash_tuning
 from kjax.model.flash.attention import MASK_VALUE, flash_attention
 
-__all__ = ["MASK_VALUE", "sharded_flash_attention", "tiles_chosen_while"]
+__all__ = ["MASK_VALUE", "choose_tiles", "flash_calls", "sharded_flash_attention"]
+
+flash_calls = flash_tuning.calls_in       # (a traced step's jaxpr) → [Call]
+choose_tiles = flash_tuning.choose_tiles  # ([Call], fixed) → {signature: 'F/DQ/DKV'}
 
 
 def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, shake, bf,
@@ -56,18 +62,23 @@ def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, 
             head = _axis_index(heads[2]) * q.shape[2] if sharded else jnp.int32(0)
             base = jnp.stack([first, head, jnp.int32(
                 q.shape[2] * (_axes_size(mesh, heads[2]) if sharded else 1))])
-        tiles = None
-        if platform() == "gpu":   # Triton: the tiles timed on this card (flash_tuning)
-            layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
-            call = flash_tuning.Call(q.shape[0], q.shape[1], q.shape[2], q.shape[3],
-                                     jnp.dtype(q.dtype).name, rate, layout,
-                                     segment_ids is not None, local_window)
-            tiles = flash_tuning.tiles_for(call, fixed_tiles)
-        return flash_attention(q, k, v, attention_mask, segment_ids=segment_ids,
-                               local_window=local_window, shake=shake, bf=bf,
-                               dropout_rate=rate, dropout_words=words,
-                               dropout_broadcast=broadcast, index_base=base,
-                               tiles=tiles, interpret=interpret)
+        run = functools.partial(
+            flash_attention, q, k, v, attention_mask, segment_ids=segment_ids,
+            local_window=local_window, shake=shake, bf=bf, dropout_rate=rate,
+            dropout_words=words, dropout_broadcast=broadcast, index_base=base,
+            interpret=interpret)
+        if platform() != "gpu":
+            return run(tiles=None)
+        # Triton: the config's tiles, else the card's cached ones, else the table
+        # (flash_tuning.traced_tiles: nothing timed or kept); the call names itself
+        # in the trace (a named scope, absent from the lowered text), so a trace of
+        # the steps lists the calls whose tiles a run chooses
+        layout = "none" if shake is None else "pairs" if isinstance(shake, dict) else "dense"
+        call = flash_tuning.Call(q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                                 jnp.dtype(q.dtype).name, rate, layout,
+                                 segment_ids is not None, local_window)
+        with jax.named_scope(call.scope):
+            return run(tiles=flash_tuning.traced_tiles(call, fixed_tiles))
 
     args = (q, k, v, attention_mask, segment_ids, shake, bf, words, examples)
     if mesh.empty or mesh.size == 1:
@@ -81,15 +92,6 @@ def sharded_flash_attention(q, k, v, attention_mask, segment_ids, local_window, 
              P(), None if examples is None else P(heads[0]))
     return jax.shard_map(functools.partial(local, sharded=True), mesh=mesh, in_specs=specs,
                          out_specs=heads, check_vma=False)(*args)
-
-
-def tiles_chosen_while(trace) -> dict[str, str]:
-    """{call signature: tiles} of every flash call traced while `trace()` ran, each
-    chosen as `sharded_flash_attention` chooses (tuning.py); this process's
-    earlier choices are dropped first, as another config's."""
-    flash_tuning.forget()
-    trace()
-    return flash_tuning.chosen()
 
 
 def _names(axes) -> tuple:

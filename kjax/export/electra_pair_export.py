@@ -7,7 +7,7 @@ two transformers folders under --out, each loaded back and compared with kjax.
 
 Each folder holds the shared embedding tables (transformers ties them inside
 one model, not across two) and its own embeddings_project where E differs
-from its width. Names, on top of electra_export.py's table:
+from its width. Names, on top of narrow_embedding_export.py's table:
 
     kjax                                        transformers
     discriminator_predictions/dense             discriminator_predictions.dense
@@ -15,7 +15,7 @@ from its width. Names, on top of electra_export.py's table:
     generator/encoder, generator/mlm_*          (the generator folder's) electra.encoder, …
 
 Fine-tune the discriminator; `kjax import --hf OUT/discriminator` reads its
-encoder back as a BERT-recipe encoder (electra_export.py), and so does
+encoder back as a BERT-recipe encoder (narrow_embedding_export.py), and so does
 `kjax finetune --init` of the run itself (the task model's `bert` subtree).
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import os
 import numpy as np
 
 from kjax.errors import KjaxError
-from kjax.export import electra_export as ee
 from kjax.export import hf_export as hx
+from kjax.export import narrow_embedding_export as ne
 from kjax.export.model_card import write_model_card
 from kjax.export.tokenizer_export import export_tokenizer
 from kjax.model.config import EncoderConfig
@@ -55,17 +55,17 @@ def side(params: dict, enc: EncoderConfig, name: str) -> tuple[dict, EncoderConf
 
 def state_dict(params: dict, enc: EncoderConfig, heads) -> dict[str, np.ndarray]:
     """transformers ELECTRA tensors of one side: the encoder (prefix electra.),
-    its projection if any, and `heads` (RTD_HEAD or electra_export.HEADS)."""
+    its projection if any, and `heads` (RTD_HEAD or narrow_embedding_export.HEADS)."""
     import flax.linen as nn
     params = nn.meta.unbox(params)
     out = hx.params_to_state_dict(params, enc, frozenset(), prefix="electra")   # no pooler
-    parts = ((("electra.embeddings_project",) + ee.PROJECT[1:],)
+    parts = ((("electra.embeddings_project",) + ne.PROJECT[1:],)
              if enc.projects_embeddings else ()) + tuple(heads)
     for name, path, kind in parts:
         for key, value in hx.module_to_torch(hx._get(params, path), kind, enc).items():
             out[f"{name}.{key}"] = value
-    if tuple(heads) == ee.HEADS:
-        out[ee.MLM_BIAS] = np.asarray(params["mlm_bias"])
+    if tuple(heads) == ne.HEADS:
+        out[ne.MLM_BIAS] = np.asarray(params["mlm_bias"])
     return out
 
 
@@ -74,7 +74,7 @@ def write_side(params: dict, enc: EncoderConfig, out_dir: str, architecture: str
     import torch
     from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
-    config = ee.electra_config(enc, architecture == "ElectraForMaskedLM", dtype)
+    config = ne.electra_config(enc, architecture == "ElectraForMaskedLM", dtype)
     config.architectures = [architecture]
     config.save_pretrained(out_dir)
     tensors = {k: torch.from_numpy(np.array(v, np.float32)).to(getattr(torch, dtype))
@@ -107,7 +107,7 @@ def torch_outputs(model, inputs: dict) -> dict:
     return {k: v.float().numpy() for k, v in result.items()}
 
 
-def verify(params: dict, enc: EncoderConfig, folders: dict, dtype: str,
+def verify_sides(params: dict, enc: EncoderConfig, folders: dict, dtype: str,
            tolerance: float = 1e-4) -> dict[str, dict[str, float]]:
     """Each folder loaded by transformers' own class agrees with kjax (bf16
     exports: against bf16-rounded params)."""
@@ -171,8 +171,8 @@ def add_card_section(folder: str, name: str, enc: EncoderConfig, architecture: s
 
 
 def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
-                   dtype: str = "float32", with_heads: bool = True, verify_folders: bool = True
-                   ) -> dict:
+                   dtype: str = "float32", with_heads: bool = True, verify: bool = True,
+                   weights: str = "params") -> dict:
     """`kjax export` of an ELECTRA run: OUT/discriminator and OUT/generator."""
     from kjax import paths
     from kjax.checkpoint.restore import restore_params
@@ -181,12 +181,12 @@ def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
     if dtype not in ("float32", "bfloat16"):
         raise KjaxError(f"--dtype {dtype!r}: choose float32 or bfloat16")
     enc = EncoderConfig.from_config(config.model)
-    params, step = restore_params(config, workdir, step)
+    params, step = restore_params(config, workdir, step, weights)
     sides = {"discriminator": ("ElectraForPreTraining" if with_heads else "ElectraModel",
                                RTD_HEAD if with_heads else ())}
     if with_heads:
-        sides["generator"] = ("ElectraForMaskedLM", ee.HEADS)
-    result = {"out": out_dir, "step": step, "dtype": dtype, "folders": {}}
+        sides["generator"] = ("ElectraForMaskedLM", ne.HEADS)
+    result = {"out": out_dir, "step": step, "weights": weights, "dtype": dtype, "folders": {}}
     with paths.staged_dir(out_dir) as local_out, local_tokenizer(config) as tok_config:
         folders, tensors = {}, {}
         for name, (architecture, heads) in sides.items():
@@ -197,14 +197,16 @@ def export_electra(config, workdir: str, out_dir: str, step: int | None = None,
             folders[name] = (folder, architecture)
             write_model_card(config, workdir, folder, step, architecture,
                              name == "generator", dtype, tokenizer, shown_as=shown_as,
-                             pooler=True)   # (ELECTRA has no pooler: no note about one)
+                             pooler=True,   # (ELECTRA has no pooler: no note about one)
+                             weights=weights)
             sibling = paths.join(out_dir, "generator" if name == "discriminator"
                                  else "discriminator")
             add_card_section(folder, name, side_enc, architecture, shown_as, sibling)
-        diffs = verify(params, enc, folders, dtype) if verify_folders else {}
+        diffs = verify_sides(params, enc, folders, dtype) if verify else {}
         for name, (folder, architecture) in folders.items():
             record = {"workdir": workdir if paths.is_remote(workdir) else os.path.abspath(workdir),
-                      "step": step, "dtype": dtype, "architecture": architecture,
+                      "step": step, "weights": weights, "dtype": dtype,
+                      "architecture": architecture,
                       "objectives": objectives_title(config), "side": name,
                       "with_pretraining_heads": with_heads, "tokenizer": tokenizer,
                       "verified_max_abs_diff": diffs.get(name)}

@@ -32,10 +32,11 @@ import numpy as np
 from kjax import paths
 from kjax.errors import KjaxError
 from kjax.export import hf_import as hi
-from kjax.export.electra_pretraining import RTD_HEAD
+from kjax.export.electra_pair_export import RTD_HEAD
 from kjax.export.hf_export import EMBEDDINGS, _get, _set, module_from_torch
 
 PAIR = ("discriminator", "generator")
+MODEL_TYPE = "electra"   # transformers' model_type of both folders
 # HF generator config key → the kjax key that holds it (kjax/model/electra.py generator_config).
 OWN = {"hidden_size": "generator_hidden_size", "num_hidden_layers": "generator_num_layers",
        "num_attention_heads": "generator_num_heads",
@@ -67,7 +68,7 @@ def read_pair(disc_dir: str, gen_dir: str) -> tuple[dict, dict]:
     hfs = {}
     for name, folder in zip(PAIR, (disc_dir, gen_dir)):
         hf = {**hi.read_hf_config(folder), "_dir": folder}
-        if hf["model_type"] != "electra":
+        if hf["model_type"] != MODEL_TYPE:
             raise KjaxError(f"{folder}/config.json: model_type={hf['model_type']!r}, but the "
                             f"{name} of an ELECTRA pair is an electra folder")
         hfs[name] = hf
@@ -144,7 +145,7 @@ def import_electra_pair(disc_dir: str, gen_dir: str, workdir: str, base_config,
     initialised, config_out = hi.save_imported(config, found, workdir, config_out, source)
     report = {"source": {"discriminator": os.path.abspath(disc_dir),
                          "generator": os.path.abspath(gen_dir)},
-              "model_type": "electra", "arch": "electra",
+              "model_type": MODEL_TYPE, "arch": config.model.arch,
               "checkpoint": paths.join(ckpt_dir, "0"), "config": config_out,
               "generator": {key: config.model[key] for key in OWN.values()},
               "tokenizer": tokenizer, "initialised": initialised,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 
+from kjax.config.batch_ramp import ramp_of, stage_config
 from kjax.errors import KjaxError
 from kjax.parallel.mesh import mesh_shape
 from kjax.pretrain import aot
@@ -168,6 +169,22 @@ def layout(config, num_devices: int) -> dict:
     return out
 
 
+def stage_compiles(config, devices, cache, progress=print) -> list[dict]:
+    """The train step of every stage of train.batch_ramp but the last (whose
+    step is the config's own train step), each at its batch in its
+    microbatches: [] without a ramp. The largest stage's memory is what must
+    fit (kjax/config/batch_ramp.py: one microbatch shape)."""
+    stages = []
+    for stage in ramp_of(config).stages[:-1]:
+        progress(f"compiling the train step of batch-ramp stage {stage.index} (batch "
+                 f"{stage.batch_size} in {stage.microbatches} microbatch(es)) ...")
+        stages.append({"stage": stage.index, "steps": (stage.first_step + 1, stage.end_step),
+                       "batch_size": stage.batch_size, "microbatches": stage.microbatches,
+                       "compile": aot.compile_step(stage_config(config, stage), devices,
+                                                   "train", cache)})
+    return stages
+
+
 def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False,
           cost: bool = True, progress=print, cache: dict | None = None) -> dict:
     """Compile `steps` for the topology; the report `kjax compile` prints."""
@@ -182,6 +199,8 @@ def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False
         progress(f"compiling the {step} step for {where} ...")
         report["steps"][step] = aot.compile_step(config, devices, step, cache)
     train = report["steps"].get("train")
+    if train is not None:
+        report["stages"] = stage_compiles(config, devices, cache, progress)
     if train is not None and fit and hbm:
         progress("searching the largest batch that compiles ...")
         single, first = config, train
