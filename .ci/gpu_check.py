@@ -29,10 +29,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")   # no GPU here: the plugin only c
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)   # kjax from this checkout, also when run as a script
 from compile_checks import figures  # noqa: E402  (no jax)
-from compile_checks.cases import GPU_CASES as CASES, gpu_case_id  # noqa: E402
+from compile_checks.cases import GPU_CASES as CASES, gpu_case_id, gpus  # noqa: E402
 from compile_checks.record import MODES, Record  # noqa: E402
-from compile_checks.targets import (H100_TOPOLOGY as TOPOLOGY,  # noqa: E402
-                                         device_memory, h100_target)
+from compile_checks.targets import (device_memory, h100_target,  # noqa: E402
+                                    h100_topology)
 
 GIB = 1 << 30
 PALLAS_KERNELS = "shake_flash"   # kjax/model/flash/attention.py's kernels, as XLA names them
@@ -48,6 +48,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
     from compile_checks import ptx as ptx_checks
     from compile_checks.hlo import scatter_findings
     from kjax.pretrain.aot import peak_bytes
+    from kjax.pretrain.collectives import summary
     ptxas = ptx_checks.find_ptxas() if pallas else None
     if pallas and ptxas is None:
         return {"compiled": False, "seconds": 0.0,
@@ -66,29 +67,42 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
     return {"compiled": True, "error": "", "seconds": round(seconds, 1), "cpu_s": round(cpu_s, 1),
             "arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
             "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
-            "peak": peak_bytes(m), "hlo_findings": scatter_findings(text),
+            "peak": peak_bytes(m), "collectives": summary(text),
+            "hlo_findings": scatter_findings(text),
             "cudnn_attention": "__cudnn$fmha" in text,
             "kernels": kernels, "ptx_findings": ptx_checks.findings(kernels)}
 
 
 def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
+    """Lower, then the recorded verdict or a compile (compile_record.settle); a
+    compiled step whose collectives move more bytes than its recorded entry's
+    fails (kjax/pretrain/collectives.py grew: `grown`)."""
     from kjax.config import load_config
     from kjax.objectives import check_config
     from compile_checks import record as cr
     from kjax.pretrain import aot
+    from kjax.pretrain.collectives import grew
     config = load_config(os.path.join(ROOT, "tpu_configs", f"{preset}.py"),
                          [f"--config.{o}" for o in overrides])
     check_config(config)
     start = time.perf_counter()
     lowered = aot.lower(config, devices)
     lower_s = time.perf_counter() - start
-    case, program = cr.case_id("gpu", preset, TOPOLOGY, overrides), cr.program_hash(lowered)
+    topology = h100_topology(len(devices))
+    case, program = cr.case_id("gpu", preset, topology, overrides), cr.program_hash(lowered)
     versions = cr.compiler_versions("gpu", target_text)
     pallas = "model.attention_impl=flash" in overrides
     verdict, status, failure = cr.settle(record, case, program, versions, mode,
                                          lambda: compile_verdict(lowered, pallas))
+    before = record.entries.get(case, {}).get("verdict", {}).get("collectives")
+    grown = grew(before, verdict.get("collectives", {})) if status == "compiled" and before \
+        else []
+    if grown:
+        failure = "; ".join(filter(None, [failure, f"{case}: its collectives grew ("
+                                          f"{', '.join(grown)} a step per device); rerun "
+                                          f"with --accept-growth to record them"]))
     return {"verdict": verdict, "status": status, "failure": failure, "lower_s": lower_s,
-            "entry": cr.make_entry(case, preset, TOPOLOGY, overrides, program, versions,
+            "grown": bool(grown), "entry": cr.make_entry(case, preset, topology, overrides, program, versions,
                                    verdict, time.strftime("%Y-%m-%d"))}
 
 
@@ -99,14 +113,14 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     if not v["compiled"]:
         failures.append(f"{preset}: XLA did not compile it: {v['error']}")
         return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | | | | | "
-                f"**not compiled**{status} | |", failures)
+                f"| **not compiled**{status} | |", failures)
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
     failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
     checks = figures.checks_cell(v)
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
-            f"{memory / GIB:.0f} | {checks}{status} | "
+            f"{memory / GIB:.0f} | {figures.collectives_cell(v)} | {checks}{status} | "
             f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |", failures)
 
 
@@ -119,6 +133,9 @@ def main() -> int:
                     "takes the recorded verdict, any other compiles and fails; write: compile "
                     "what is not recorded and rewrite the record; refresh: compile every case")
     ap.add_argument("--record-file", default=RECORD, help="the record (default: %(default)s)")
+    ap.add_argument("--accept-growth", action="store_true",
+                    help="record a compiled case whose collectives move more bytes a step than "
+                    "its recorded entry's (by default that fails and is not written)")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     cases = [c for c in CASES if not wanted or any(w in c[0] for w in wanted)]
@@ -133,25 +150,28 @@ def main() -> int:
     from compile_checks.record import without_locations
     from compile_checks.targets import h100_devices
     try:
-        devices = h100_devices(target_text)
+        devices = {n: h100_devices(target_text, n) for n in sorted({gpus(c) for c in cases})}
     except Exception as e:  # noqa: BLE001 - no plugin: jax raises several kinds
         print(f"gpu-check: no CUDA compiler ({' '.join(str(e).split())[:160]}); run it in its "
               f"venv: `make gpu-check`", file=sys.stderr)
         return 2
     print("| preset | seq × batch | lower s | compile s | arguments GiB | temporaries GiB | "
-          "peak GiB | HBM GiB | HLO checks | attention |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "peak GiB | HBM GiB | AR / AG / RS MiB | HLO checks | attention |")
+    print("|---" * 11 + "|")
     failed, recorded = [], 0
     with without_locations():
-        for preset, overrides, shape in cases:
-            print(f"  {preset} {' '.join(overrides)} for the H100 ...", file=sys.stderr,
-                  flush=True)
-            report = run_case(preset, overrides, devices, target_text, record, args.record)
+        for case in cases:
+            preset, overrides, shape = case[:3]
+            print(f"  {preset} {' '.join(overrides)} for {gpus(case)} H100 ...",
+                  file=sys.stderr, flush=True)
+            report = run_case(preset, overrides, devices[gpus(case)], target_text, record,
+                              args.record)
             text, failures = row(preset, shape, report, memory)
             print(text, flush=True)
             failed += failures
             recorded += report["status"] == "recorded"
-            if args.record != "check" and report["status"] != "recorded":
+            if args.record != "check" and report["status"] != "recorded" and (
+                    args.accept_growth or not report["grown"]):
                 record.put(report["entry"])   # a recorded entry keeps its date
     print(f"\n{len(cases)} cases in {time.perf_counter() - start:.0f} s: {recorded} recorded, "
           f"{len(cases) - recorded} compiled", flush=True)

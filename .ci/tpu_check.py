@@ -44,16 +44,22 @@ PRESETS = {}   # config name → preset file: the record names a shared program 
 CONFIGS = os.path.join(ROOT, "tpu_configs")
 RECORD = os.path.join(ROOT, ".ci", "compile_record.json")
 VERDICT_FIELDS = ("batch_size", "seconds", "fits", "arguments", "outputs", "aliased",
-                  "temporaries", "peak", "flops", "bytes_accessed", "error", "same_as")
+                  "temporaries", "peak", "flops", "bytes_accessed", "error", "same_as",
+                  "collectives")
 
 
-def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "check") -> dict:
+def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "check",
+             accept_growth: bool = False) -> dict:
     """Lower the case's train step; take XLA's verdict from the record when it
-    holds for this program and libtpu, else compile (compile_record.settle)."""
+    holds for this program and libtpu, else compile (compile_record.settle).
+    A compiled step whose collectives move more bytes than the record's entry
+    for the case says is a failure, and its entry is not written unless
+    `accept_growth` (kjax/pretrain/collectives.py grew)."""
     from kjax.objectives import check_config
     from compile_checks import record as cr
     from kjax.pretrain import aot
     from kjax.pretrain import memory_fit
+    from kjax.pretrain.collectives import grew
     config = case_config(os.path.join(CONFIGS, f"{preset}.py"), overrides)
     check_config(config)
     devices, where, hbm, _, _ = aot.target_devices(topology)
@@ -74,13 +80,21 @@ def run_case(preset, topology, overrides, fit: bool, record=None, mode: str = "c
 
     record = record or cr.Record(RECORD)
     verdict, status, failure = cr.settle(record, case, program, versions, mode, compile_now)
-    step = aot.StepCompile("train", **{k: verdict[k] for k in VERDICT_FIELDS})
+    step = aot.StepCompile("train", **{k: verdict.get(k, {}) if k == "collectives" else verdict[k]
+                                       for k in VERDICT_FIELDS})
+    before = record.entries.get(case, {}).get("verdict", {}).get("collectives")
+    grown = grew(before, step.collectives) if status == "compiled" and before else []
+    if grown:
+        failure = "; ".join(filter(None, [failure, f"{case}: its collectives grew ("
+                                          f"{', '.join(grown)} a step per device); rerun with "
+                                          f"--accept-growth to record them"]))
     report = {"topology": where, "devices": len(devices), "batch_size": config.train.batch_size,
               "hosts": len({d.process_index for d in devices}), "hbm_bytes": hbm,
               "steps": {"train": step}, "cpu_s": verdict["cpu_s"], "lower_s": lower_s,
               "status": status, "failure": failure,
               # a recorded entry stays as it is (its date: when XLA said it)
-              "entry": None if status == "recorded" else cr.make_entry(
+              "entry": None if status == "recorded" or (grown and not accept_growth)
+              else cr.make_entry(
                   case, preset, topology, overrides, program, versions, verdict,
                   time.strftime("%Y-%m-%d"))}
     if fit and hbm:   # the search compiles: the record holds the preset's batch only
@@ -104,28 +118,30 @@ def row(preset, overrides, note, report) -> str:
     return (f"| {change} | {report['topology'].split(' ')[0]} | {report['hosts']} | "
             f"{report['batch_size']} | {s.seconds:.0f} | {report['cpu_s']:.0f} | "
             f"{s.arguments / GIB:.2f} | {s.temporaries / GIB:.2f} | {peak} | "
-            f"{report['hbm_bytes'] / GIB:.0f} | {verdict} | {largest} |")
+            f"{report['hbm_bytes'] / GIB:.0f} | {figures.collectives_cell(vars(s))} | "
+            f"{verdict} | {largest} |")
 
 
-def run_group(cases, fit: bool, record=None, mode: str = "check") -> list[tuple]:
+def run_group(cases, fit: bool, record=None, mode: str = "check",
+              accept_growth: bool = False) -> list[tuple]:
     """(table row, failure or None, record entry or None) for each case, in
     one process: cases that may share a program (compile_step's cache) run
     in the same one."""
     from compile_checks.record import without_locations
     with without_locations():
-        return [one_case(case, fit, record, mode) for case in cases]
+        return [one_case(case, fit, record, mode, accept_growth) for case in cases]
 
 
-def one_case(case, fit: bool, record, mode: str) -> tuple:
+def one_case(case, fit: bool, record, mode: str, accept_growth: bool = False) -> tuple:
     from kjax.errors import KjaxError
     preset, topology, overrides, note, expected = case
     print(f"  {preset} {' '.join(overrides)} on {topology} ...", file=sys.stderr, flush=True)
     try:
-        report = run_case(preset, topology, overrides, fit, record, mode)
+        report = run_case(preset, topology, overrides, fit, record, mode, accept_growth)
     except Exception as e:  # noqa: BLE001 - one case's error is its row; the others go on
         error = str(e) if isinstance(e, KjaxError) else \
             f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
-        return (f"| {preset} {note} | {topology} | | | | | | | | | **error**: {error} | |",
+        return (f"| {preset} {note} | {topology} | | | | | | | | | | **error**: {error} | |",
                 f"{preset} ({note or topology}): {error}", None)
     print(f"    {preset} on {topology}: lowered in {report['lower_s']:.1f} s, "
           f"{report['status']}", file=sys.stderr, flush=True)
@@ -169,6 +185,9 @@ def main() -> int:
                     "recorded verdict, any other compiles and fails; write: compile what is "
                     "not recorded and rewrite the record; refresh: compile every case")
     ap.add_argument("--record-file", default=RECORD, help="the record (default: %(default)s)")
+    ap.add_argument("--accept-growth", action="store_true",
+                    help="record a compiled case whose collectives move more bytes a step than "
+                    "its recorded entry's (by default that fails and is not written)")
     args = ap.parse_args()
     wanted = [w for w in args.only.split(",") if w]
     cases = [c for c in CASES if not wanted or any(w in f"{c[0]} {c[1]} {c[3]}" for w in wanted)]
@@ -192,10 +211,10 @@ def main() -> int:
             max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
         done = {id(c): r for g, rs in zip(groups.values(), pool.map(
             run_group, groups.values(), [args.fit_batch] * n, [record] * n,
-            [args.record] * n)) for c, r in zip(g, rs)}
+            [args.record] * n, [args.accept_growth] * n)) for c, r in zip(g, rs)}
     print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
-          "temporaries GiB | peak GiB | HBM GiB | fits | largest batch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "temporaries GiB | peak GiB | HBM GiB | AR / AG / RS MiB | fits | largest batch |")
+    print("|---" * 13 + "|")
     failed, recorded = [], 0
     for case in cases:
         text, failure, entry = done[id(case)]

@@ -4,14 +4,14 @@ tables written from the record (figures.py), in this order."""
 from __future__ import annotations
 
 from compile_checks.record import case_id
-from compile_checks.targets import H100_TOPOLOGY
+from compile_checks.targets import h100_topology
 
 SHAKE_DENSE = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=dense"]
 FLASH_PAIRS = ["model.shake_factor=0.3", "shake.variant=random", "shake.layout=pairs",
                "model.attention_impl=flash", "model.attention_dropout_rate=0.0"]
 PACKING = ["train.packing=true"]
 HUGE_BATCH = ["train.batch_size=1048576"]
-# bert_base's batch 256, refused in one pass, in two microbatches of v3_8.py's 128
+# bert_base's batch 256 (BERT's at 512 tokens) in two microbatches of v3_8.py's 128
 ACCUMULATED = ["train.batch_size=256", "train.microbatches=2"]
 MODELS = ["demo", "bert_s", "bert_b", "bert_base", "bert_large", "roberta_base", "mbert_s",
           "mbert_b", "mbert_m", "uknow_small", "uknowbert_s", "uknowbert_b", "uknowbert_r",
@@ -26,7 +26,8 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
              ("v3_32", "v3-32", [], "4 hosts", True), ("v4_8", "v4-8", [], "", True),
              ("demo", "v3-128", ["train.batch_size=256"], "16 hosts", True),
              ("demo", "v3-8", HUGE_BATCH, "batch 2^20: refused", False),
-             ("bert_base", "v3-8", ["train.batch_size=256"], "batch 256, no remat", False),
+             ("bert_base", "v3-8", ["train.batch_size=512"], "batch 512, no remat: refused",
+              False),
              ("bert_base", "v3-8", ACCUMULATED, "batch 256 in 2 microbatches, no remat", True),
              ("bert_large_lamb", "v3-32", [], "4 hosts", True),
              ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
@@ -53,8 +54,9 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
               True)] + \
     [(m, "v3-8", [], "", True) for m in MODELS]
 
-# (preset, overrides, what the case is): one H100, the batches of docs/GPU.md's
-# runs (uknowbert_b: its 256 positions at bert_base's tokens per step)
+# (preset, overrides, what the case is[, GPUs]): one H100 (or a node of them),
+# the batches of docs/GPU.md's runs (uknowbert_b: its 256 positions at
+# bert_base's tokens per step)
 GPU_CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
              ("modern_base", ["train.batch_size=16"], "1024×16"),
              ("uknowbert_b", ["train.batch_size=64"], "256×64"),
@@ -63,7 +65,10 @@ GPU_CASES = [("bert_base", ["train.batch_size=32"], "512×32"),
              # on a user's GPU
              ("bert_base", ["train.batch_size=32", "model.shake_factor=0.3",
                             "shake.variant=random", "shake.layout=pairs",
-                            "model.attention_impl=flash"], "512×32, flash: dropout + pairs B")]
+                            "model.attention_impl=flash"], "512×32, flash: dropout + pairs B"),
+             # an 8-GPU node, batch 256 in 2 microbatches: one gradient reduction a step
+             ("bert_base", ["train.batch_size=256", "train.microbatches=2"],
+              "512×256 on 8 GPUs, 2 microbatches", 8)]
 
 
 def case_config(preset_file: str, overrides):
@@ -82,7 +87,12 @@ def tpu_case_id(case) -> str:
 
 
 def gpu_case_id(case) -> str:
-    return case_id("gpu", case[0], H100_TOPOLOGY, case[1])
+    return case_id("gpu", case[0], h100_topology(gpus(case)), case[1])
+
+
+def gpus(case) -> int:
+    """The H100s a GPU case compiles for (1 unless it names more)."""
+    return case[3] if len(case) > 3 else 1
 
 
 def header_case(preset: str, cases=TPU_CASES):

@@ -113,7 +113,8 @@ def tpu_table(entries: dict, cases=TPU_CASES) -> list[str]:
              f"device; \"compile s\" is the wall time of the compile that was recorded, "
              f"\"CPU s\" its process's CPU time (all threads):", "",
              "| preset / change | topology (hosts) | batch | compile s | CPU s | arguments GiB "
-             "| temporaries GiB | peak GiB | HBM GiB | fits |", "|---" * 10 + "|"]
+             "| temporaries GiB | peak GiB | HBM GiB | all-reduce / all-gather / reduce-scatter "
+             "MiB a step | fits |", "|---" * 11 + "|"]
     for (preset, topology, _, note, _), entry in rows:
         v = entry["verdict"]
         _, hosts, _, hbm = _slice(topology)
@@ -125,8 +126,19 @@ def tpu_table(entries: dict, cases=TPU_CASES) -> list[str]:
             verdict += f" (the program of {v['same_as']}: not compiled again)"
         lines.append(f"| {change} | {topology} ({hosts}) | {v['batch_size']} | "
                      f"{v['seconds']:.0f} | {v['cpu_s']:.0f} | {' | '.join(memory)} | {hbm} | "
-                     f"{verdict} |")
+                     f"{collectives_cell(v)} | {verdict} |")
     return lines
+
+
+def collectives_cell(v: dict) -> str:
+    """A step's collectives per device in MiB (kjax/pretrain/collectives.py),
+    and what of it runs inside loops; — when not recorded or not compiled."""
+    c = v.get("collectives")
+    if not c or not v.get("fits", v.get("compiled")):
+        return "—"
+    cell = " / ".join(f"{c.get(k, 0) / (1 << 20):.0f}"
+                      for k in ("all-reduce", "all-gather", "reduce-scatter"))
+    return cell + (f" ({c['in_loops'] / (1 << 20):.0f} in loops)" if c.get("in_loops") else "")
 
 
 def checks_cell(v: dict) -> str:
@@ -147,16 +159,17 @@ def gpu_table(entries: dict, memory: int, cases=GPU_CASES) -> list[str]:
              f"nvidia-cuda-nvcc's); \"compile s\" is the wall time of the compile that was "
              f"recorded, \"CPU s\" its process's CPU time:", "",
              "| preset | seq × batch | compile s | CPU s | arguments GiB | temporaries GiB | "
-             "peak GiB | HBM GiB | HLO checks | attention |", "|---" * 10 + "|"]
-    for (preset, _, label), entry in rows:
+             "peak GiB | HBM GiB | all-reduce / all-gather / reduce-scatter MiB a step | "
+             "HLO checks | attention |", "|---" * 11 + "|"]
+    for (preset, _, label, *_), entry in rows:
         v = entry["verdict"]
         if not v["compiled"]:
             lines.append(f"| {preset} | {label} | {v['seconds']:.0f} | | | | | "
-                         f"{memory // GIB} | **not compiled**: {v['error'][:120]} | |")
+                         f"{memory // GIB} | — | **not compiled**: {v['error'][:120]} | |")
             continue
         lines.append(f"| {preset} | {label} | {v['seconds']:.0f} | {v.get('cpu_s', 0):.0f} | "
                      f"{gib(v['arguments'])} | {gib(v['temporaries'])} | {gib(v['peak'])} | "
-                     f"{memory // GIB} | {checks_cell(v)} | "
+                     f"{memory // GIB} | {collectives_cell(v)} | {checks_cell(v)} | "
                      f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |")
     return lines
 

@@ -14,6 +14,11 @@ H100_TARGET = os.path.join(CHECKOUT, ".ci", "h100_sxm.txtpb")
 H100_TOPOLOGY = "h100_sxm 1x1x1"   # the name its cases carry in the record
 
 
+def h100_topology(gpus: int = 1) -> str:
+    """The record's name of `gpus` H100s on one host ("h100_sxm 1x1x8")."""
+    return f"h100_sxm 1x1x{gpus}"
+
+
 def h100_target(path: str = H100_TARGET) -> str:
     """The target config's text (its hash is part of every GPU verdict)."""
     with open(path, encoding="utf-8") as f:
@@ -29,10 +34,10 @@ def device_memory(target_text: str) -> int:
     return int(m.group(1))
 
 
-def h100_devices(target_text: str | None = None):
-    """The H100's one device, described to this host (needs jax's CUDA
-    plugin, `pip install 'kjax[cuda]'`; no GPU)."""
+def h100_devices(target_text: str | None = None, gpus: int = 1):
+    """The devices of `gpus` H100s on one host (an 8-GPU node: 8), described
+    to this host (needs jax's CUDA plugin, `pip install 'kjax[cuda]'`; no GPU)."""
     from jax.experimental import topologies
     text = h100_target() if target_text is None else target_text
-    return topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+    return topologies.get_topology_desc(platform="cuda", topology=f"1x1x{gpus}",
                                         target_config=text).devices

@@ -186,3 +186,67 @@ def test_one_row_a_shard_on_a_three_axis_mesh_is_refused(prepared):
     params, _ = run_steps(tiny_config(prepared, **cube, **{"train.microbatches": 4}), steps=1)
     worst, leaf = worst_leaf(params, reference, 1e-6)
     assert worst <= 1, f"{leaf} off by {worst:.2f}× its tolerance"
+
+
+def test_a_run_resumes_across_the_sharded_optimizer_choice(prepared, trained_run, tmp_path):
+    """mesh.shard_update lays the optimizer state out over the data axis
+    (ZeRO-1) or replicates it; orbax restores either onto the other. Stopped
+    at step 3 with it off and resumed with it on, and the reverse: steps 4-6
+    log the uninterrupted run's losses (its default, on) and end at its
+    parameters, up to the order of float sums."""
+    from test_train import final_params
+    from kjax.pretrain.trainer import train
+    straight = {r["step"]: r["loss"] for r in read_metrics(trained_run) if r["split"] == "train"}
+    want, _ = final_params(tiny_config(prepared), trained_run)
+    for first, then in ((False, True), (True, False)):
+        workdir = str(tmp_path / f"from_{first}")
+        train(tiny_config(prepared, **{"mesh.shard_update": first}), workdir, progress=False,
+              stop_at=3)
+        config = tiny_config(prepared, **{"mesh.shard_update": then})
+        train(config, workdir, progress=False)
+        resumed = {r["step"]: r["loss"] for r in read_metrics(workdir) if r["split"] == "train"}
+        for step in range(4, 7):
+            np.testing.assert_allclose(resumed[step], straight[step], rtol=2e-6,
+                                       err_msg=f"{first} → {then}, step {step}")
+        got, _ = final_params(config, workdir)
+        worst, leaf = worst_leaf(got["params"], want["params"], 1e-6)
+        assert worst <= 1, f"{first} → {then}: {leaf} off by {worst:.2f}× its tolerance"
+
+
+def test_the_optimizer_state_is_laid_out_over_the_data_axis(prepared):
+    """mesh.shard_update's layout (kjax/parallel/mesh.py data_sharded): the
+    data axis on the largest dimension that no axis of more than one device
+    splits, the same for a parameter and its two Adam moments; off, both
+    stay replicated over it."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from kjax.parallel.mesh import data_sharded
+    from kjax.train.state import abstract_state, state_shardings
+    config = tiny_config(prepared, **MESH)
+    mesh = make_mesh(config)
+    layout = lambda spec, shape: data_sharded(NamedSharding(mesh, spec), shape).spec  # noqa: E731
+    assert layout(P(None, "fsdp", "tensor"), (2, 32, 64)) == P(None, ("fsdp", "data"), "tensor")
+    assert layout(P("tensor", None), (600, 32)) == P("tensor", "data")
+    assert layout(P("tensor"), (64,)) == P("tensor")       # tensor splits its only dimension
+    assert layout(P(), (6,)) == P()                        # 4 does not divide 6
+    model, tx = make_model(config, deterministic=False), make_optimizer(config.train)
+    shapes, on = abstract_state(config, mesh, model, tx)
+    off = state_shardings(tiny_config(prepared, **MESH, **{"mesh.shard_update": False}),
+                          mesh, model, tx)
+    split = lambda tree: sum("data" in str(s.spec) for s in jax.tree.leaves(tree))  # noqa: E731
+    assert split(off["params"]) == split(off["opt_state"]) == 0
+    assert split(on["params"]) >= 20 and split(on["opt_state"]) == 2 * split(on["params"])
+    table = shapes["params"]["embeddings"]["word_embeddings"]["embedding"]   # [600, 32]
+    assert table.sharding.spec == P("tensor", ("fsdp", "data"))
+
+
+def test_fsdp_parameters_gathered_once_a_step_or_every_microbatch(prepared):
+    """Under FSDP (and the data axis's slices, mesh.shard_update) the
+    parameters are gathered before the microbatch loop (fsdp_gather=step) or
+    in every microbatch (microbatch): either way k = 4 gives the k = 1 step."""
+    cube = {"train.batch_size": 32, "mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2}
+    reference, _ = run_steps(tiny_config(prepared, **cube), steps=2)
+    for mode in ("step", "microbatch"):
+        params, _ = run_steps(tiny_config(prepared, **cube, **{
+            "train.microbatches": 4, "mesh.fsdp_gather": mode}), steps=2)
+        worst, leaf = worst_leaf(params, reference, 1e-6)
+        assert worst <= 1, f"fsdp_gather={mode}: {leaf} off by {worst:.2f}× its tolerance"

@@ -58,7 +58,8 @@ def test_compile_local_reports_train_and_eval_memory(tmp_path, capsys):
         s = report["steps"][name]
         assert s["fits"] and s["arguments"] > 0 and s["temporaries"] > 0
         assert s["peak"] == s["arguments"] + s["outputs"] - s["aliased"] + s["temporaries"]
-    # the train step's arguments hold params + 2 Adam moments (fp32), replicated
+    # the train step's arguments hold params + 2 Adam moments (fp32), each
+    # device a slice of the large ones (mesh.shard_update)
     config = tiny_config(tmp_path)
     import jax
     from kjax.train.state import dummy_inputs, make_model
@@ -66,8 +67,12 @@ def test_compile_local_reports_train_and_eval_memory(tmp_path, capsys):
     params = jax.eval_shape(lambda: make_model(config, False).init(
         jax.random.key(0), *args, **kwargs))["params"]
     n = sum(np.prod(x.shape) for x in jax.tree.leaves(params))
-    assert report["steps"]["train"]["arguments"] >= 3 * 4 * n
+    assert 3 * 4 * n / 8 <= report["steps"]["train"]["arguments"] < 3 * 4 * n / 2
     assert report["steps"]["eval"]["arguments"] < report["steps"]["train"]["arguments"]
+    moved = report["steps"]["train"]["collectives"]   # gathered once, reduced once
+    assert moved["in_loops"] == 0 and moved["all-gather"] > 0
+    assert moved["all-reduce"] + moved["reduce-scatter"] >= 4 * n * 0.9
+    assert report["layout"]["update"].startswith("sliced over data")
     assert "roofline" not in report   # no chip peak for a CPU
 
 
@@ -262,3 +267,38 @@ def test_fit_batch_names_the_accumulation_that_fits(tmp_path, monkeypatch):
     assert found == {"microbatches": 4, "microbatches_fit": True, "microbatches_peak": 16007}
     assert calls[-1] == 4   # the split was compiled, not assumed
     assert "--config.train.microbatches=4" in memory_fit.advice(config, first, largest, 4)
+
+
+@pytest.mark.slow
+def test_loop_counted_cost_counts_every_microbatch(tmp_path):
+    """XLA counts the microbatch loop's body once too: an accumulated step is
+    costed from 1 and 2 microbatches (their loop unrolled) with 1 and 2
+    layers, and comes to what the same batch costs in one pass."""
+    import jax
+    devices = jax.devices()
+    shape = {"model.num_layers": 3, "model.scan_layers": True, "train.batch_size": 64,
+             "model.dropout_rate": 0.0, "model.attention_dropout_rate": 0.0}
+    whole_cfg = tiny_config(tmp_path, **shape)
+    whole = aot.loop_counted_cost(whole_cfg, devices, aot.compile_step(whole_cfg, devices))
+    split_cfg = tiny_config(tmp_path, **shape, **{"train.microbatches": 4})
+    split = aot.compile_step(split_cfg, devices)
+    flops, bytes_accessed, seconds = aot.loop_counted_cost(split_cfg, devices, split)
+    assert split.flops < 0.5 * whole[0] and seconds > 0     # the loop's body counted once
+    assert flops == pytest.approx(whole[0], rel=0.03)
+    assert split.collectives["in_loops"] == 0               # one reduction, after the loop
+
+
+def test_fsdp_advice_names_the_gather_in_every_microbatch(tmp_path):
+    """An accumulated FSDP step that does not fit with its parameters gathered
+    once a step is told of gathering them in every microbatch; the report
+    says which it compiled."""
+    config = tiny_config(tmp_path, **{"mesh.data": 2, "mesh.fsdp": 4, "train.batch_size": 64,
+                                      "train.microbatches": 2})
+    refused = aot.StepCompile("train", 64, 1.0, False, error="RESOURCE_EXHAUSTED: scripted")
+    assert "--config.mesh.fsdp_gather=microbatch" in memory_fit.advice(config, refused)
+    assert memory_fit.layout(config, 8) == {
+        "update": "sliced over data (parameters gathered once a step, gradients "
+                  "reduce-scattered once)", "fsdp_gather": "once a step"}
+    config.mesh.fsdp_gather = "microbatch"
+    assert "fsdp_gather" not in memory_fit.advice(config, refused)
+    assert memory_fit.layout(config, 8)["fsdp_gather"] == "once a microbatch"

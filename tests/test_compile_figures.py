@@ -18,6 +18,7 @@ from compile_checks.targets import H100_TOPOLOGY
 GENERATED = sorted(glob.glob(os.path.join(ROOT, "tpu_configs", "*.py"))) + [
     os.path.join(ROOT, "docs", "TPU.md"), os.path.join(ROOT, "docs", "GPU.md")]
 GIB = 1 << 30
+MIB = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +80,15 @@ def test_the_tpu_table_has_a_row_per_case_in_the_checks_order():
     cases = [("tiny", "v2-8", [], "", True),
              ("tiny", "v3-8", ["train.batch_size=9"], "batch 9: refused", False)]
     entries = {e["case"]: e for e in (
-        entry("tiny", "v2-8"),
+        entry("tiny", "v2-8", collectives={"all-reduce": 300 * MIB, "all-gather": 420 * MIB,
+                                           "in_loops": 100 * MIB}),
         entry("tiny", "v3-8", ["train.batch_size=9"], batch_size=9, fits=False, error=REFUSED))}
     lines = figures.tpu_table(entries, cases)
     assert lines[0].startswith("Recorded with jax 0.10.2, libtpu 0.0.42.1; per device;")
     assert lines[-2:] == [
-        "| `tiny.py` | v2-8 (1) | 128 | 12 | 31 | 1.25 | 7.00 | 8.25 | 8 | yes |",
-        "| `tiny.py` + batch 9: refused | v3-8 (1) | 9 | 12 | 31 | — | — | — | 16 | **no**: "
+        "| `tiny.py` | v2-8 (1) | 128 | 12 | 31 | 1.25 | 7.00 | 8.25 | 8 | 300 / 420 / 0 "
+        "(100 in loops) | yes |",
+        "| `tiny.py` + batch 9: refused | v3-8 (1) | 9 | 12 | 31 | — | — | — | 16 | — | **no**: "
         "temporaries 17.80 GiB needed of 15.48 usable |"]
     with pytest.raises(figures.MissingFigures, match=r"no verdict for `tpu tiny v4-8`: run "
                                                      r"`make tpu-check RECORD=write`"):
@@ -108,10 +111,10 @@ def test_the_gpu_table_counts_findings_and_names_the_attention():
     assert lines[0].startswith("Recorded with jax 0.10.2, jax-cuda13-plugin 0.10.2, "
                                "nvidia-cuda-nvcc 13.5.37, nvidia-cudnn-cu13 9.28.1.4")
     assert lines[-2:] == [
-        "| tiny | 8×8 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | clean; 2 Pallas kernels, no spills "
-        "(ptxas) | cuDNN |",
-        "| tiny | 8×9 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | **2 scatter(s)**; 1 Pallas kernels, "
-        "**1 spill/wgmma finding(s)** | XLA |"]
+        "| tiny | 8×8 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | — | clean; 2 Pallas kernels, no "
+        "spills (ptxas) | cuDNN |",
+        "| tiny | 8×9 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | — | **2 scatter(s)**; 1 Pallas "
+        "kernels, **1 spill/wgmma finding(s)** | XLA |"]
 
 
 PRESET = '''r"""A tiny preset.
@@ -165,7 +168,7 @@ def test_a_model_change_is_one_write_and_nothing_else_moves(tmp_path):
     assert sorted(figures.write(root, record, **cases)) == sorted([str(preset), str(tpu_md)])
     assert "needs 10.25 GiB per core of 16 (arguments 1.25, temporaries 9.00)" in " ".join(
         preset.read_text().split())
-    assert "| 1.25 | 9.00 | 10.25 | 16 | yes |" in tpu_md.read_text()
+    assert "| 1.25 | 9.00 | 10.25 | 16 | — | yes |" in tpu_md.read_text()
 
 
 def test_a_file_without_its_marks_is_one_line(tmp_path):

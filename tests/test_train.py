@@ -37,9 +37,10 @@ def test_sharded_step_equals_single_device_step(prepared, mesh):
     p1, m1, _ = one_step(single, jax.devices()[:1])
     assert len(jax.devices()) == 8
     kernel = state["params"]["encoder"]["layers"]["mlp_in"]["kernel"]
-    if mesh["fsdp"] > 1:  # FSDP shards the embed axis, tensor the mlp axis
-        assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
-        assert len({str(s.index) for s in kernel.addressable_shards}) == 4
+    if mesh["fsdp"] > 1:  # FSDP shards the embed axis, tensor the mlp axis, and
+        # mesh.shard_update the one left (the 2 layers) over the data axis
+        assert kernel.sharding.spec == jax.sharding.PartitionSpec("data", "fsdp", "tensor")
+        assert len({str(s.index) for s in kernel.addressable_shards}) == 8
     np.testing.assert_allclose(m8["loss"], m1["loss"], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
         np.testing.assert_allclose(a, b, atol=2e-6)

@@ -25,8 +25,8 @@ English; phase 1 alone is a model of 128 positions.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-32 as its 4 hosts would (jax 0.10.2, libtpu
-0.0.42.1, no TPU), at batch 65536 (2048 per core) the train step needs 13.57
-GiB per core of 16 (arguments 3.78, temporaries 9.79): fits.
+0.0.42.1, no TPU), at batch 65536 (2048 per core) the train step needs 10.08
+GiB per core of 16 (arguments 0.16, temporaries 9.92): fits.
 `kjax compile --config tpu_configs/bert_large_lamb.py --topology v3-32` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).
@@ -50,8 +50,9 @@ rows per core a step: train.microbatches=32 runs it as microbatches of 64
 rows per core, 8192 tokens, half the tokens of bert_large.py's 32 rows of
 512, which fits a v3 core only thinly with the same remat policy
 ('dots_with_no_batch_dims_saveable': the matmul outputs kept, the rest
-recomputed); the fp32 gradient sum adds 1.25 GiB per core to the 3.78 GiB
-of parameters and LAMB state. 16 microbatches (the tokens of bert_large.py)
+recomputed); the fp32 gradient sum adds 1.25 GiB per core, the parameters
+and LAMB state (3.78 GiB) are kept sliced over the 32 cores
+(mesh.shard_update), gathered once a step. 16 microbatches (the tokens of bert_large.py)
 would double the activations on top of that sum; `kjax compile --fit-batch`
 names the fewest microbatches that fit. On a v3-128 keep 64 rows per core:
 --config.train.microbatches=8.

@@ -32,8 +32,8 @@ of 128.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-64 (8 per core) the train step needs 0.04 GiB per core of 16 (arguments 0.02,
-temporaries 0.02): fits.
+64 (8 per core) the train step needs 0.03 GiB per core of 16 (arguments 0.00,
+temporaries 0.03): fits.
 `kjax compile --config tpu_configs/demo.py --topology v3-8` says it again; with
 `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """

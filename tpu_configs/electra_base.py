@@ -22,14 +22,14 @@ KoELECTRA-Base-v3 reports NSMC 90.63, Naver NER 88.11, KorQuAD dev EM/F1
 vocabulary; this preset keeps kjax's 32k sentencepiece vocabulary.
 
 The batch runs in two microbatches of 128 (16 rows per core, bert_base.py's
-load, which fits; batch 256 in one pass does not fit bert_base alone): the
-whole batch's step (kjax/train/accumulation.py); the memory below is that
-split's step.
+load, which fits; bert_base alone at batch 256 in one pass fits only just,
+docs/TPU.md §15's table): the whole batch's step, its gradients reduced once
+(kjax/train/accumulation.py); the memory below is that split's step.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 10.74 GiB per core of 16 (arguments
-1.35, temporaries 9.39): fits.
+256 (32 per core) the train step needs 9.22 GiB per core of 16 (arguments 0.19,
+temporaries 9.03): fits.
 `kjax compile --config tpu_configs/electra_base.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -16,8 +16,8 @@ multihot, one-hot modes export); shaking adds --config.model.shake_factor=0.3
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 4.03 GiB per core of 16 (arguments 0.13,
-temporaries 3.90): fits.
+256 (32 per core) the train step needs 3.94 GiB per core of 16 (arguments 0.02,
+temporaries 3.92): fits.
 `kjax compile --config tpu_configs/modern_small.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -17,8 +17,8 @@ of 128 (16 per core) and says whether it fits (the paragraph below).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-8192 (1024 per core) the train step needs 10.32 GiB per core of 16 (arguments
-1.25, temporaries 9.07): fits.
+8192 (1024 per core) the train step needs 9.09 GiB per core of 16 (arguments
+0.18, temporaries 8.91): fits.
 `kjax compile --config tpu_configs/roberta_base.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).
@@ -34,10 +34,11 @@ row's examples never attend to each other. RoBERTa clips no gradient
 Batch 8192 on a v3-8 (8 cores of 16 GiB) is 1024 rows per core a step:
 train.microbatches=64 runs it as microbatches of 128 rows, 16 per core, the
 load of v3_8.py, which fits without remat with room for the fp32 gradient
-sum (0.41 GiB). It is the fewest that fit (k must divide 8192): 32
-microbatches, 32 rows per core, would be the bert_base.py step at batch 256
-that XLA refuses without remat by 0.05 GiB before that sum is added
-(docs/TPU.md §15's table); remat would buy them at a recompute. The held-out
+sum (0.41 GiB). The gradients are reduced once a step however many
+microbatches run (kjax/train/accumulation.py: 422 MiB per core, not 64
+times that), so k costs only the loop's overhead; 32 microbatches, 32 rows
+per core, also compile, with no room to spare (XLA reports 16.09 GiB a
+core, deviceless v3-8, 2026-12-04). The held-out
 evaluation runs 8192 rows in one forward pass, which fits as well. On a
 bigger slice keep 16 rows per core: v3-32 --config.train.microbatches=16,
 v3-128 =4.

@@ -2,8 +2,10 @@
 whole (train.microbatches=1) and as k microbatches (kjax/train/accumulation.py:
 a lax.scan over the microbatches, fp32 gradient sums, one update), the
 sides alternating in one process so load drift on a shared machine hits
-both. Prints each side's median step time and the ratio to k = 1; one
-record per side (benchmarks/results/accumulation.jsonl).
+both. Prints each side's median step time, the ratio to k = 1 and what its
+compiled program's collectives move per device a step (and how much of it
+inside loops: kjax/pretrain/collectives.py); one record per side
+(benchmarks/results/accumulation.jsonl).
 
     python benchmarks/step/accumulation.py                         # uknow_small 128 × 32, k = 1, 4
     python benchmarks/step/accumulation.py --k 1,2,4,8 --rounds 8
@@ -11,11 +13,11 @@ record per side (benchmarks/results/accumulation.jsonl).
     python benchmarks/step/accumulation.py --config.model.num_layers=2    # overrides: every side
 
 On whatever devices JAX sees (a data mesh over all of them), so on a GPU
-or TPU the same command times the card or slice. On a CPU, run it on one
-device: fake CPU devices share the same cores, and at JAX_NUM_CPU_DEVICES=8
-a microbatch of 8 is one row per device, which times small matmuls rather
-than what accumulation adds; nor do they time the gradient all-reduce, which
-on a data mesh XLA places inside the microbatch loop (k of them a step).
+or TPU the same command times the card or slice. On the 8 fake devices of a
+CPU (JAX_NUM_CPU_DEVICES=8) the gradient reduction is a copy between host
+buffers, but there is one a step whatever k (kjax/train/accumulation.py):
+the collectives column shows it; keep 2 rows or more a device per
+microbatch (batch ≥ 16·k), or it times one-row matmuls.
 The first loss of every side is printed: accumulation gives the whole
 batch's step, so they agree to float rounding.
 """
@@ -47,6 +49,7 @@ def main():
     if any(not o.startswith("--config.") for o in overrides):
         ap.error(f"unrecognized arguments: {' '.join(overrides)}")
     import jax
+    from kjax.pretrain.collectives import KINDS, summary
     from kjax.train.peak_flops import peak_flops
     ks = [int(k) for k in args.k.split(",")]
     sides = {}
@@ -67,12 +70,16 @@ def main():
     lines = [f"{args.preset} seq {args.seq}, global batch {args.batch}, {args.dtype}, "
              f"{jax.device_count()} {jax.devices()[0].platform} device(s)\n",
              "| microbatches | compile s | step ms (median) | vs k=1: ratio of medians "
-             "| per round: median (range) | peak mem GiB | first loss |",
-             "|---|---|---|---|---|---|---|"]
+             "| per round: median (range) | peak mem GiB | collectives MiB a step (in loops) "
+             "| first loss |", "|---" * 8 + "|"]
     rows = []
     for label, (k, extra, step) in sides.items():
         ratios = [t / b for t, b in zip(times[label], times[base])]
         fig = step.figures(statistics.median(times[label]), peak)
+        moved = summary(step.compiled.as_text())
+        fig.update(collective_mib=round(sum(moved[k] for k in KINDS) / 2**20, 2),
+                   collective_in_loops_mib=round(moved["in_loops"] / 2**20, 2),
+                   collective_ops=moved["ops"])
         fig.update(microbatches=k, vs_k1=round(statistics.median(times[label])
                                                / statistics.median(times[base]), 4),
                    vs_k1_low=round(min(ratios), 4), vs_k1_high=round(max(ratios), 4),
@@ -81,7 +88,8 @@ def main():
         lines.append(f"| {label} | {fig['compile_s']:.1f} | {fig['ms']:.1f} | "
                      f"{fig['vs_k1']:.3f}× | {fig['vs_k1_rounds']:.3f}× "
                      f"({fig['vs_k1_low']:.3f}–{fig['vs_k1_high']:.3f}) | "
-                     f"{fig['peak_gib']:.3f} | {step.loss:.6f} |")
+                     f"{fig['peak_gib']:.3f} | {fig['collective_mib']:.2f} "
+                     f"({fig['collective_in_loops_mib']:.2f}) | {step.loss:.6f} |")
         rows.append({"row": label, "preset": args.preset, "overrides": harness.overrides_of(extra),
                      "shape": {"seq": args.seq, "batch": args.batch, "dtype": args.dtype},
                      "figures": fig})

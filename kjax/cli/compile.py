@@ -79,16 +79,37 @@ def format_report(config_name: str, report: dict) -> str:
                          f"{report['batch_size'] // f['microbatches']}) "
                          + ("fits" if f.get("microbatches_fit") else "does not fit either "
                             "(the summed gradients' buffer): try one more microbatch"))
+    train = report["steps"].get("train")
+    if train is not None and train.fits and train.collectives:
+        lines.append(communication_line(train.collectives, report.get("layout", {})))
     if r := report.get("roofline"):
+        wire = "" if not r.get("ici_bytes_per_s") else (
+            f"; {r['wire_bytes'] / 1e9:.3f} GB on the links / "
+            f"{r['ici_bytes_per_s'] / 1e9:.0f} GB/s = {r['communication_s'] * 1e3:.1f} ms")
         lines.append(
             f"roofline per device: {r['model_flops'] / 1e12:.3f} TFLOP (kjax's count) / "
             f"{r['peak_flops'] / 1e12:g} TFLOP/s = {r['compute_s'] * 1e3:.1f} ms; "
             f"{r['xla_bytes'] / 1e9:.2f} GB HBM traffic / {r['hbm_bytes_per_s'] / 1e9:g} GB/s "
-            f"= {r['memory_s'] * 1e3:.1f} ms → step ≥ {r['step_s'] * 1e3:.1f} ms "
+            f"= {r['memory_s'] * 1e3:.1f} ms{wire} → step ≥ {r['step_s'] * 1e3:.1f} ms "
             f"({r['bound']}-bound), MFU ≤ {100 * r['mfu']:.0f} %, ≤ "
-            f"{r['tokens_per_s']:,.0f} tokens/s; XLA's FLOPs with every layer counted: "
-            f"{r['xla_flops'] / 1e12:.3f} T")
+            f"{r['tokens_per_s']:,.0f} tokens/s; XLA's FLOPs with every layer and microbatch "
+            f"counted: {r['xla_flops'] / 1e12:.3f} T")
     return "\n".join(lines)
+
+
+def communication_line(c: dict, layout: dict) -> str:
+    """The train step's collectives per device (kjax/pretrain/collectives.py)."""
+    mib = lambda n: f"{n / (1 << 20):,.1f} MiB"  # noqa: E731
+    kinds = ", ".join(f"{k} {mib(c[k])}" for k in ("all-reduce", "all-gather",
+                                                    "reduce-scatter", "all-to-all",
+                                                    "collective-permute") if c.get(k))
+    text = (f"communication per device a step: {kinds or 'none'}"
+            + (f" ({mib(c['in_loops'])} of it inside loops)" if c.get("in_loops") else ""))
+    if layout.get("update"):
+        text += f"; optimizer update {layout['update']}"
+    if layout.get("fsdp_gather"):
+        text += f"; FSDP parameters gathered {layout['fsdp_gather']}"
+    return text
 
 
 def stages_table(report: dict) -> str:

@@ -287,6 +287,11 @@ MESH = {
     "fsdp": at_least(1, 1, "FSDP axis size (-1: the devices left)", special=(-1,)),
     "tensor": at_least(1, 1, "tensor-parallel axis size (-1: the devices left)", special=(-1,)),
     "rules": Key(LOGICAL_RULES, "logical axis → mesh axes, e.g. ('embed', 'fsdp')"),
+    "shard_update": Key(True, "ZeRO over mesh.data: params' fp32 copy and optimizer state sliced "
+                        "over data, gathered / reduce-scattered once a step, each device "
+                        "updating its slice (train/accumulation.py); false: replicated"),
+    "fsdp_gather": Key("step", "fsdp > 1, microbatches > 1: parameters gathered once a step, or "
+                       "every microbatch (less memory, k× traffic)", choices=("step", "microbatch")),
 }
 
 FINETUNE_SHAKE = {

@@ -251,6 +251,49 @@ def logical_sharding(mesh, logical_specs, rules=LOGICAL_RULES):
     return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)
 
 
+def data_sharded(sharding: NamedSharding, shape) -> NamedSharding:
+    """The layout of a parameter, its gradient and its optimizer state under
+    `mesh.shard_update` (ZeRO over the data axis: each device keeps a slice):
+    `sharding` with mesh.data added on the largest dimension that no mesh
+    axis of more than one device splits yet and that the data axis divides;
+    as it was when none does (a scalar, a bias of odd width) or the axis has
+    one device. A function of the array's spec, shape and the mesh's sizes
+    alone, so a parameter, its gradient and its optimizer moments all get
+    the same layout."""
+    sizes = sharding.mesh.shape
+    data = sizes["data"]
+    spec = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
+    if data == 1 or "data" in _spec_axes(spec):
+        return sharding
+    axes = [tuple(e) if isinstance(e, tuple) else () if e is None else (e,) for e in spec]
+    free = [d for d in range(len(shape)) if shape[d] % data == 0
+            and all(sizes[a] == 1 for a in axes[d])]
+    if not free:
+        return sharding
+    d = max(free, key=lambda i: (shape[i], -i))   # the largest; the first of equals
+    entry = axes[d] + ("data",)
+    return NamedSharding(sharding.mesh, P(*spec[:d], entry[0] if len(entry) == 1 else entry,
+                                          *spec[d + 1:]))
+
+
+def _spec_axes(spec) -> set:
+    """The mesh axes a PartitionSpec names."""
+    names = set()
+    for entry in spec:
+        names |= set(entry) if isinstance(entry, tuple) else {entry} - {None}
+    return names
+
+
+def manual_part(spec, axes) -> P:
+    """`spec` naming only the mesh `axes` (a shard_map's manual axes): the
+    layout a shard_map over them sees, the other axes left to XLA."""
+    def keep(entry):
+        names = tuple(a for a in (entry if isinstance(entry, tuple) else (entry,))
+                      if a in axes)
+        return None if not names else names[0] if len(names) == 1 else names
+    return P(*(keep(e) for e in spec))
+
+
 def batch_sharding(mesh) -> NamedSharding:
     return NamedSharding(mesh, P(BATCH_AXES))
 

@@ -29,12 +29,18 @@ class Chip:
     hbm_bytes: int               # per device
     hbm_bytes_per_s: float       # per device
     grid_dims: int               # 2: v2/v3 torus; 3: v4 and later
+    ici_bytes_per_s: float       # per device: the chip's interconnect share
 
 
 # v2: 16 GiB and 700 GB/s per chip; v3: 32 GiB, 900 GB/s; v4: 32 GiB, 1.2 TB/s.
-CHIPS = {"v2": Chip(2, 2, 8 * GIB, 350e9, 2),
-         "v3": Chip(2, 2, 16 * GIB, 450e9, 2),
-         "v4": Chip(2, 1, 32 * GIB, 1200e9, 3)}
+# Interconnect: the datasheets' all-reduce bandwidth per pod over its chips
+# (https://cloud.google.com/tpu/docs/v3: 340 TB/s for 1024 chips, 332 GB/s a
+# chip; https://cloud.google.com/tpu/docs/v4: 1.1 PB/s for 4096, 269 GB/s);
+# v2's page gives none: its chip's 4 links of 496 Gbit/s (Jouppi et al. 2020,
+# "A Domain-Specific Supercomputer for Training Deep Neural Networks", CACM).
+CHIPS = {"v2": Chip(2, 2, 8 * GIB, 350e9, 2, 4 * 496e9 / 8 / 2),
+         "v3": Chip(2, 2, 16 * GIB, 450e9, 2, 340e12 / 1024 / 2),
+         "v4": Chip(2, 1, 32 * GIB, 1200e9, 3, 1.1e15 / 4096)}
 CHIPS_PER_HOST = 4               # (2, 2, 1): every v2/v3/v4 host
 ACCELERATOR = re.compile(r"^(v[234])-(\d+)$")
 GRID = re.compile(r"^(v[234]):(\d+(?:x\d+){1,2})$")

@@ -13,18 +13,24 @@ what `fits` reports.
 
 Memory per device comes from the compiled program (`memory_analysis`):
 arguments (the sharded state and batch), temporaries, outputs not aliased
-to donated arguments. The roofline step time is the larger of kjax's FLOP
-count (kjax.train.step.flops_per_example) over the chip's peak and the
-compiled program's HBM bytes over its bandwidth. XLA's cost analysis counts
-a while loop's body once, so a scanned encoder (model.scan_layers) is
-costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same step with 1 and 2
-unrolled layers (two more compiles, each smaller than the step itself;
-the layer's AdamW update is in U₂ − U₁ as it is in the unrolled step). The
-architecture says which loops it scans (kjax/model/arch: `scanned_loops`;
-ELECTRA's generator has its own).
+to donated arguments. What a step communicates per device comes from the
+optimized HLO (kjax/pretrain/collectives.py: every collective, each loop's
+trip count). The roofline step time is the largest of kjax's FLOP count
+(kjax.train.step.flops_per_example) over the chip's peak, the compiled
+program's HBM bytes over its bandwidth, and the bytes its collectives put
+through each device's links over the interconnect's (topology.py). XLA's
+cost analysis counts a while loop's body once, so a scanned encoder
+(model.scan_layers) is costed as U₁ + (L − 1)·(U₂ − U₁), U₁ and U₂ the same
+step with 1 and 2 unrolled layers (two more compiles, each smaller than the
+step itself; the layer's AdamW update is in U₂ − U₁ as it is in the
+unrolled step). The architecture says which loops it scans
+(kjax/model/arch: `scanned_loops`; ELECTRA's generator has its own). An
+accumulated step (k microbatches) is costed likewise from 1 and 2
+microbatches, their loop unrolled: bilinear in (layers, microbatches).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -37,6 +43,8 @@ from kjax.config.load import apply_overrides, copy_of
 from kjax.config.platform import lowering_for
 from kjax.model.arch import architecture
 from kjax.parallel.mesh import batch_sharding, make_mesh, mesh_shape, on_mesh
+from kjax.pretrain import collectives as comm
+from kjax.train import accumulation
 
 GIB = 1 << 30
 OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds.*memory|out of memory", re.I)
@@ -58,6 +66,8 @@ class StepCompile:
     bytes_accessed: float = 0.0
     error: str = ""           # XLA's verdict when it does not fit
     same_as: str = ""         # a cached compile of the same program (compile_step's cache)
+    # bytes a step moves per device, per kind of collective (collectives.summary)
+    collectives: dict = dataclasses.field(default_factory=dict)
 
 
 def with_overrides(config, **keys):
@@ -152,7 +162,8 @@ def _compile(lowered, config, step: str, start: float) -> StepCompile:
     flops, bytes_accessed = _cost(compiled)
     return StepCompile(step, config.train.batch_size, seconds, True,
                        m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes,
-                       m.temp_size_in_bytes, peak_bytes(m), flops, bytes_accessed)
+                       m.temp_size_in_bytes, peak_bytes(m), flops, bytes_accessed,
+                       collectives=comm.summary(compiled.as_text()))
 
 
 def peak_bytes(memory) -> int:
@@ -178,47 +189,77 @@ def batch_shards(config, num_devices: int) -> int:
 
 def loop_counted_cost(config, devices, scanned: StepCompile) -> tuple[float, float, float]:
     """(FLOPs, HBM bytes) per device of one train step with every layer of
-    every scanned loop counted (the architecture's loops: ELECTRA's
-    discriminator and generator), and the seconds the extra compiles took (0:
-    none needed). U₁ has every loop at one unrolled layer; for each depth L,
-    U₂ has the loops of that depth at two (loops of one depth, as ELECTRA's
-    generator following its discriminator, share their compiles), and
-    adds (L − 1)·(U₂ − U₁)."""
+    every scanned loop and every microbatch counted, and the seconds the extra
+    compiles took (0: none needed). U₁ has every loop at one unrolled layer;
+    for each depth L, U₂ has the loops of that depth at two (loops of one
+    depth, as ELECTRA's generator following its discriminator, share their
+    compiles) and adds (L − 1)·(U₂ − U₁). With k microbatches each of those
+    is compiled at 1 and 2 microbatches of the same size, their loop
+    unrolled, and the microbatch term added bilinearly: a layer's forward and
+    backward run per microbatch, its update once."""
     loops = architecture(config).scanned_loops(config.model)
     deep: dict[int, list[str]] = {}
     for key, depth in loops:
         if depth >= 2:
             deep.setdefault(depth, []).append(key)
-    if not deep:
+    k = config.train.microbatches
+    if not deep and k == 1:
         return scanned.flops, scanned.bytes_accessed, 0.0
-    single = {**{key: 1 for key, _ in loops}, "model.scan_layers": False}
-    one = compile_step(with_overrides(config, **single), devices)
-    twos = {depth: compile_step(with_overrides(config, **{**single, **{k: 2 for k in keys}}),
-                                devices) for depth, keys in deep.items()}
-    seconds = one.seconds + sum(two.seconds for two in twos.values())
-    if not (one.fits and all(two.fits for two in twos.values())):
+    single = {**{key: 1 for key, _ in loops}, "model.scan_layers": False} if deep else {}
+    variants = {0: single, **{depth: {**single, **{key: 2 for key in keys}}
+                              for depth, keys in deep.items()}}
+    cost = {}
+    for variant, keys in variants.items():
+        for micro in (1, 2) if k > 1 else (1,):
+            over = dict(keys)
+            if k > 1:   # microbatches of the same size, their loop unrolled
+                over.update({"train.microbatches": micro,
+                             "train.batch_size": config.train.batch_size // k * micro})
+            with accumulation.unrolled() if k > 1 else contextlib.nullcontext():
+                cost[variant, micro] = compile_step(with_overrides(config, **over), devices)
+    seconds = sum(c.seconds for c in cost.values())
+    if not all(c.fits for c in cost.values()):
         return scanned.flops, scanned.bytes_accessed, seconds
-    # a layer: forward, backward and its AdamW update
-    flops, bytes_accessed = one.flops, one.bytes_accessed
-    for depth, two in twos.items():
-        flops += (depth - 1) * (two.flops - one.flops)
-        bytes_accessed += (depth - 1) * (two.bytes_accessed - one.bytes_accessed)
-    return flops, bytes_accessed, seconds
+
+    def total(field):
+        def at(variant, micro):
+            return getattr(cost[variant, micro], field)
+        out = at(0, 1) + ((k - 1) * (at(0, 2) - at(0, 1)) if k > 1 else 0)
+        for depth in deep:
+            layer = at(depth, 1) - at(0, 1)
+            if k > 1:
+                layer += (k - 1) * (at(depth, 2) - at(depth, 1) - at(0, 2) + at(0, 1))
+            out += (depth - 1) * layer
+        return out
+    return total("flops"), total("bytes_accessed"), seconds
 
 
 def roofline(config, num_devices: int, peak_flops: float, hbm_bytes_per_s: float,
-             xla_bytes: float) -> dict:
-    """Step time bounds per device and the MFU they allow (kjax's FLOPs)."""
+             xla_bytes: float, wire_bytes: float = 0.0, ici_bytes_per_s: float | None = None
+             ) -> dict:
+    """Step time bounds per device and the MFU they allow (kjax's FLOPs):
+    compute, HBM traffic and the collectives' bytes on the device's links."""
     from kjax.train.step import flops_per_example
     d = config.data
     flops = flops_per_example(config.model, d.max_seq_len, d.max_predictions_per_seq) \
         * config.train.batch_size / num_devices
     compute, memory = flops / peak_flops, xla_bytes / hbm_bytes_per_s
-    step = max(compute, memory)
-    return {"model_flops": flops, "compute_s": compute, "memory_s": memory, "step_s": step,
-            "bound": "compute" if compute >= memory else "memory",
+    communication = wire_bytes / ici_bytes_per_s if ici_bytes_per_s else 0.0
+    bounds = {"compute": compute, "memory": memory, "communication": communication}
+    step = max(bounds.values())
+    return {"model_flops": flops, "compute_s": compute, "memory_s": memory,
+            "communication_s": communication, "step_s": step,
+            "bound": max(bounds, key=bounds.get),
             "mfu": flops / (step * peak_flops) if step else 0.0,
             "tokens_per_s": config.train.batch_size * d.max_seq_len / step if step else 0.0}
+
+
+def interconnect(topology_text: str) -> float | None:
+    """Interconnect bytes/s per device of a TPU slice (None: `local`)."""
+    if topology_text.strip().lower() == "local":
+        return None
+    from kjax.parallel.topology import parse_topology
+    return parse_topology(topology_text).chip.ici_bytes_per_s
 
 
 def target_devices(topology_text: str):

@@ -143,6 +143,9 @@ def advice(config, step: StepCompile, largest: int | None = None,
         tips.append("--config.model.remat_policy=full")
     if config.mesh.fsdp == 1:
         tips.append("--config.mesh.fsdp=-1 --config.mesh.data=1 (shards params and Adam state)")
+    elif config.train.microbatches > 1 and config.mesh.get("fsdp_gather", "step") == "step":
+        tips.append("--config.mesh.fsdp_gather=microbatch (FSDP's memory: the parameters "
+                    "gathered in every microbatch)")
     return "; or ".join(tips)
 
 
@@ -150,6 +153,20 @@ def not_fitting_error(config_name: str, where: str, step: StepCompile, advice_te
     return KjaxError(f"{config_name} does not fit {where}: the {step.step} step at batch "
                      f"{step.batch_size} ({step.error or 'out of memory'}); use "
                      f"{advice_text}")
+
+
+def layout(config, num_devices: int) -> dict:
+    """Where the optimizer update runs and, under FSDP with accumulation,
+    how often the parameters are gathered (what `kjax compile` says)."""
+    data, fsdp, _ = mesh_shape(config.mesh, num_devices)
+    out = {"update": "sliced over data (parameters gathered once a step, gradients "
+                     "reduce-scattered once)" if config.mesh.get("shard_update", False)
+           and data > 1 else "replicated" if data > 1 else "one data shard"}
+    if fsdp > 1:
+        out["fsdp_gather"] = ("once a microbatch" if config.train.microbatches > 1
+                              and config.mesh.get("fsdp_gather", "step") == "microbatch"
+                              else "once a step")
+    return out
 
 
 def stage_compiles(config, devices, cache, progress=print) -> list[dict]:
@@ -176,7 +193,8 @@ def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False
               "hosts": len({d.process_index for d in devices}),
               "mesh": dict(zip(("data", "fsdp", "tensor"), mesh_shape(config.mesh, len(devices)))),
               "batch_size": config.train.batch_size,
-              "microbatches": config.train.microbatches, "hbm_bytes": hbm, "steps": {}}
+              "microbatches": config.train.microbatches, "hbm_bytes": hbm, "steps": {},
+              "layout": layout(config, len(devices))}
     for step in steps:
         progress(f"compiling the {step} step for {where} ...")
         report["steps"][step] = aot.compile_step(config, devices, step, cache)
@@ -195,9 +213,13 @@ def check(config, topology_text: str, steps=("train", "eval"), fit: bool = False
                          "compiles": {b: s.peak if s.fits else None for b, s in seen.items()},
                          **accumulation_fit(config, devices, largest, train, cache, progress)}
     if train is not None and train.fits and cost and peak:
-        progress("costing every layer of the scanned encoder (1- and 2-layer compiles) ...")
+        progress("costing every layer and microbatch (1- and 2-layer/microbatch compiles) ...")
         flops, bytes_accessed, seconds = aot.loop_counted_cost(config, devices, train)
-        report["roofline"] = {**aot.roofline(config, len(devices), peak, bandwidth, bytes_accessed),
+        ici = aot.interconnect(topology_text)
+        wire = train.collectives.get("wire", 0)
+        report["roofline"] = {**aot.roofline(config, len(devices), peak, bandwidth, bytes_accessed,
+                                             wire, ici), "wire_bytes": wire,
+                              "ici_bytes_per_s": ici,
                               "xla_flops": flops, "xla_bytes": bytes_accessed,
                               "peak_flops": peak, "hbm_bytes_per_s": bandwidth,
                               "cost_compile_s": seconds}

@@ -19,7 +19,7 @@ from kjax.config.platform import platform
 from kjax.inputs import input_mode
 from kjax.model.arch import architecture
 from kjax.model.config import EncoderConfig
-from kjax.parallel.mesh import logical_rules, logical_sharding, on_mesh
+from kjax.parallel.mesh import data_sharded, logical_rules, logical_sharding, on_mesh
 from kjax.train import ema
 # The optimizer and schedule registries; imported from here by the trainers and tests.
 from kjax.train.optimizers import NO_DECAY_MODULES, decay_mask, make_optimizer  # noqa: F401
@@ -67,9 +67,19 @@ def _boxed_shapes(config, model, tx):
 
 
 def _shardings_of(config, mesh, boxed):
+    """The state's shardings from its boxes' logical names; with
+    mesh.shard_update, the parameters' and the optimizer state's sliced over
+    mesh.data too (ZeRO, kjax/parallel/mesh.py data_sharded): orbax restores a
+    checkpoint onto either layout, so a resume may switch it."""
     rules = logical_rules(config)
     with nn.logical_axis_rules(rules):
-        return logical_sharding(mesh, nn.get_partition_spec(boxed), rules)
+        shardings = logical_sharding(mesh, nn.get_partition_spec(boxed), rules)
+    if config.mesh.get("shard_update", False):
+        shapes = jax.eval_shape(nn.meta.unbox, boxed)
+        for part in ("params", "opt_state"):
+            shardings[part] = jax.tree.map(lambda sh, s: data_sharded(sh, s.shape),
+                                           shardings[part], shapes[part])
+    return shardings
 
 
 def state_shardings(config, mesh, model, tx):

@@ -57,22 +57,16 @@ def make_train_step(config, mesh, train_model, tx, shardings):
     schedule = learning_rate_schedule(config.train)
     generator = require_resolved("train.dropout_rng", config.train.dropout_rng)
 
-    microbatches = config.train.microbatches
+    def loss_fn(params, batch, rng, shares=None, example_ids=None):
+        outputs = _forward(train_model, params, batch, {"dropout": rng}, example_ids)
+        return objectives.pretraining_loss(outputs, batch, config, shares)
 
     def train_step(state, batch):
         rng = dropout_key(state["rng"], state["step"], generator)
-
-        def loss_fn(params, batch, shares=None, example_ids=None):
-            outputs = _forward(train_model, params, batch, {"dropout": rng}, example_ids)
-            return objectives.pretraining_loss(outputs, batch, config, shares)
-
-        if microbatches == 1:
-            (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-                state["params"], batch)
-        else:   # one update from the microbatches' summed gradients (accumulation.py)
-            grads, metrics = accumulation.accumulate(loss_fn, state["params"], batch,
-                                                     microbatches, mesh, config,
-                                                     shardings["params"])
+        # one reduction of the microbatches' summed gradients, laid out as the
+        # parameters are (each device's slice under mesh.shard_update; accumulation.py)
+        grads, metrics = accumulation.gradients(loss_fn, state["params"], batch, rng, config,
+                                                mesh, shardings["params"])
         metrics = objectives.with_ratios(metrics)   # of the whole batch's means
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
