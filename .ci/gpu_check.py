@@ -70,6 +70,7 @@ def compile_verdict(lowered, pallas: bool = False) -> dict:
             "peak": peak_bytes(m), "collectives": summary(text),
             "hlo_findings": scatter_findings(text),
             "cudnn_attention": "__cudnn$fmha" in text,
+            "pallas_attention": PALLAS_KERNELS in text,
             "kernels": kernels, "ptx_findings": ptx_checks.findings(kernels)}
 
 
@@ -91,7 +92,8 @@ def run_case(preset, overrides, devices, target_text, record, mode) -> dict:
     topology = h100_topology(len(devices))
     case, program = cr.case_id("gpu", preset, topology, overrides), cr.program_hash(lowered)
     versions = cr.compiler_versions("gpu", target_text)
-    pallas = "model.attention_impl=flash" in overrides
+    # auto sends dropout, B and local windows to the kernel: check ptxas on it wherever it is
+    pallas = PALLAS_KERNELS in lowered.as_text()
     verdict, status, failure = cr.settle(record, case, program, versions, mode,
                                          lambda: compile_verdict(lowered, pallas))
     before = record.entries.get(case, {}).get("verdict", {}).get("collectives")
@@ -121,7 +123,7 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
             f"{memory / GIB:.0f} | {figures.collectives_cell(v)} | {checks}{status} | "
-            f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |", failures)
+            f"{figures.attention_cell(v)} |", failures)
 
 
 def main() -> int:

@@ -151,6 +151,14 @@ def checks_cell(v: dict) -> str:
     return cell
 
 
+def attention_cell(v: dict) -> str:
+    """The GPU table's attention column: which paths the compiled step runs
+    (the Pallas kernel, cuDNN's fused attention, or XLA's own ops)."""
+    paths = [name for name, key in (("Pallas", "pallas_attention"), ("cuDNN", "cudnn_attention"))
+             if v.get(key)]
+    return " + ".join(paths) or "XLA"
+
+
 def gpu_table(entries: dict, memory: int, cases=GPU_CASES) -> list[str]:
     """docs/GPU.md's table: every gpu-check case, in the checks' order."""
     rows = [(case, _entry(entries, gpu_case_id(case))) for case in cases]
@@ -170,7 +178,7 @@ def gpu_table(entries: dict, memory: int, cases=GPU_CASES) -> list[str]:
         lines.append(f"| {preset} | {label} | {v['seconds']:.0f} | {v.get('cpu_s', 0):.0f} | "
                      f"{gib(v['arguments'])} | {gib(v['temporaries'])} | {gib(v['peak'])} | "
                      f"{memory // GIB} | {collectives_cell(v)} | {checks_cell(v)} | "
-                     f"{'cuDNN' if v['cudnn_attention'] else 'XLA'} |")
+                     f"{attention_cell(v)} |")
     return lines
 
 

@@ -97,8 +97,8 @@ def test_the_tpu_table_has_a_row_per_case_in_the_checks_order():
 
 def test_the_gpu_table_counts_findings_and_names_the_attention():
     clean = entry("tiny", H100_TOPOLOGY, ["train.batch_size=8"], kind="gpu", compiled=True,
-                  hlo_findings=[], cudnn_attention=True, ptx_findings=[],
-                  kernels={"shake_flash_forward": {}, "shake_flash_dq": {}})
+                  hlo_findings=[], cudnn_attention=True, pallas_attention=True,
+                  ptx_findings=[], kernels={"shake_flash_forward": {}, "shake_flash_dq": {}})
     bad = entry("tiny", H100_TOPOLOGY, ["train.batch_size=9"], kind="gpu", compiled=True,
                 hlo_findings=["a", "b"], cudnn_attention=False, ptx_findings=["spills"],
                 kernels={"shake_flash_dkv": {}})
@@ -112,7 +112,7 @@ def test_the_gpu_table_counts_findings_and_names_the_attention():
                                "nvidia-cuda-nvcc 13.5.37, nvidia-cudnn-cu13 9.28.1.4")
     assert lines[-2:] == [
         "| tiny | 8×8 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | — | clean; 2 Pallas kernels, no "
-        "spills (ptxas) | cuDNN |",
+        "spills (ptxas) | Pallas + cuDNN |",
         "| tiny | 8×9 | 12 | 31 | 1.25 | 7.00 | 8.25 | 80 | — | **2 scatter(s)**; 1 Pallas "
         "kernels, **1 spill/wgmma finding(s)** | XLA |"]
 
