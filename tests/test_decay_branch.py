@@ -68,6 +68,20 @@ def assert_same_run(config, a, b, steps):
 
 
 @pytest.mark.slow
+
+def straight_then_killed(argv, straight, killed, step):
+    """`kjax train ARGV` run whole into STRAIGHT; into KILLED, killed with
+    SIGKILL while it saves STEP (never committed), then run again."""
+    from kjax.cli import main
+    assert main([*argv, "--workdir", straight]) == 0
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
+    died = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"),
+                           str(step), *argv, "--workdir", killed], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert died.returncode == -9, died.stderr[-2000:]
+    assert str(step) not in os.listdir(os.path.join(killed, "checkpoints"))
+    assert main([*argv, "--workdir", killed]) == 0
+
 def test_two_branches_of_one_parent_each_equal_their_own_run(prepared, parent, tmp_path):
     """Branches of the stable checkpoints 6 (3 decay steps; `kjax train
     --decay-from` without --config: the parent's recorded config) and 3 (4):
@@ -245,15 +259,7 @@ def test_a_branch_of_a_run_with_everything_killed_while_saving_resumes_bit_exact
     straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
     argv = ["train", "--config", DEMO_CONFIG, "--decay-from", f"{stable}/checkpoints/4",
             *tiny_overrides(str(prepared), **anneal)]
-    from kjax.cli import main
-    assert main([*argv, "--workdir", straight]) == 0
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
-    died = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"),
-                           "6", *argv, "--workdir", killed], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    assert died.returncode == -9, died.stderr[-2000:]
-    assert "6" not in os.listdir(os.path.join(killed, "checkpoints"))
-    assert main([*argv, "--workdir", killed]) == 0
+    straight_then_killed(argv, straight, killed, 6)
     config = tiny_config(prepared, **anneal)
     assert_same_run(config, straight, killed, (5, 6, 7))
     _, data = final_params(config, killed)
@@ -327,15 +333,8 @@ def test_a_parent_with_everything_killed_mid_ramp_resumes_and_branches_bit_exact
                    *tiny_overrides(str(prepared), **everything(prepared, **{"train.num_steps": 6}))]
     from kjax.cli import main
     straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
-    assert main([*parent_argv, "--workdir", straight]) == 0
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8"}
-    died = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "die_during_save.py"),
-                           "3", *parent_argv, "--workdir", killed], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
-    assert died.returncode == -9, died.stderr[-2000:]
+    straight_then_killed(parent_argv, straight, killed, 3)
     assert {"1", "2"} <= set(os.listdir(os.path.join(killed, "checkpoints")))
-    assert "3" not in os.listdir(os.path.join(killed, "checkpoints"))
-    assert main([*parent_argv, "--workdir", killed]) == 0
     config = tiny_config(prepared, **everything(prepared, **{"train.num_steps": 6}))
     assert_same_run(config, straight, killed, range(1, 7))
     assert [rows_of(killed)[s]["batch_size"] for s in range(1, 7)] == [8, 8, 16, 16, 32, 32]
