@@ -118,7 +118,11 @@ def row(preset, shape, report, memory: int) -> tuple[str, list[str]]:
                 f"| **not compiled**{status} | |", failures)
     if v["peak"] > memory:
         failures.append(f"{preset}: needs {v['peak'] / GIB:.2f} GiB of {memory / GIB:.0f}")
-    failures += [f"{preset}: {line}" for line in v["hlo_findings"] + v.get("ptx_findings", [])]
+    failures += [f"{preset}: {line}" for line in v["hlo_findings"]]
+    # ptxas' findings fail the cases that pin the kernel (the table's tiles must be clean);
+    # under auto they are shown in the table: the card's timed tiles replace the table's there
+    if "model.attention_impl=flash" in report["entry"]["overrides"]:
+        failures += [f"{preset}: {line}" for line in v.get("ptx_findings", [])]
     checks = figures.checks_cell(v)
     return (f"| {preset} | {shape} | {report['lower_s']:.1f} | {v['seconds']:.0f} | "
             f"{v['arguments'] / GIB:.2f} | {v['temporaries'] / GIB:.2f} | {v['peak'] / GIB:.2f} | "
