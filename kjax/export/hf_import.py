@@ -278,20 +278,17 @@ def write_config_file(config, path: str, source: str) -> None:
 
 
 def fresh_params(config, model, names: list[str]) -> dict:
-    """The modules `names` as `init_state` initialises them: the same
-    `model.init` on the same key (train.seed), so an imported model's new
-    heads equal a fresh run's. Jitted on the host; XLA computes only the
-    modules asked for."""
-    import flax.linen as nn
+    """The modules `names` as `init_state` initialises them, by `init_state`
+    itself (kjax/train/state.py): the same program, key and layout, so an
+    imported model's new heads equal a fresh run's bit for bit (XLA's fusion of
+    the initialisers follows the state's layout, sliced under
+    mesh.shard_update, and a separately compiled init can differ in the last
+    bit)."""
     import jax
-    from kjax.train.state import dummy_inputs
-
-    def init(rng):
-        params_rng, _ = jax.random.split(rng)          # as kjax.train.state._init_fn
-        args, kwargs = dummy_inputs(config)
-        params = nn.meta.unbox(model.init(params_rng, *args, **kwargs)["params"])
-        return {k: params[k] for k in names}
-    return jax.device_get(jax.jit(init)(jax.random.key(config.train.seed)))
+    from kjax.parallel.mesh import make_mesh
+    from kjax.train.state import init_state, make_optimizer
+    state, _ = init_state(config, make_mesh(config), model, make_optimizer(config.train))
+    return jax.device_get({k: state["params"][k] for k in names})
 
 
 def check_empty(workdir: str) -> str:

@@ -68,17 +68,19 @@ def _boxed_shapes(config, model, tx):
 
 def _shardings_of(config, mesh, boxed):
     """The state's shardings from its boxes' logical names; with
-    mesh.shard_update, the parameters' and the optimizer state's sliced over
-    mesh.data too (ZeRO, kjax/parallel/mesh.py data_sharded): orbax restores a
-    checkpoint onto either layout, so a resume may switch it."""
+    mesh.shard_update, the parameters', the optimizer state's and the EMA's
+    sliced over mesh.data too (ZeRO, kjax/parallel/mesh.py data_sharded; the
+    EMA is made from the sliced parameters, so it is laid out as they are):
+    orbax restores a checkpoint onto either layout, so a resume may switch it."""
     rules = logical_rules(config)
     with nn.logical_axis_rules(rules):
         shardings = logical_sharding(mesh, nn.get_partition_spec(boxed), rules)
     if config.mesh.get("shard_update", False):
         shapes = jax.eval_shape(nn.meta.unbox, boxed)
-        for part in ("params", "opt_state"):
-            shardings[part] = jax.tree.map(lambda sh, s: data_sharded(sh, s.shape),
-                                           shardings[part], shapes[part])
+        for part in ("params", "opt_state", ema.KEY):
+            if part in shardings:
+                shardings[part] = jax.tree.map(lambda sh, s: data_sharded(sh, s.shape),
+                                               shardings[part], shapes[part])
     return shardings
 
 
