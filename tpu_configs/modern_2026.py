@@ -38,8 +38,8 @@ quality (ModernBERT, Ettin); ~135 M parameters with a 32k vocabulary.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 13.16 GiB per core of 16 (arguments
-2.02, temporaries 11.14): fits.
+256 (32 per core) the train step needs 13.07 GiB per core of 16 (arguments
+0.29, temporaries 12.79): fits.
 `kjax compile --config tpu_configs/modern_2026.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).
@@ -71,7 +71,7 @@ def get_config():
     long = {"data.max_seq_len": 8192,
             "model.rope_theta": 160_000.0, "model.remat_policy": "full",
             "train.batch_size": 32, "init.optimizer": "keep", "train.warmup_steps": 0,
-            # EMA's copy of the parameters leaves 8192 × 32 in one pass 0.2 GiB over a v3 core
+            # 8192 × 32 in one pass sits at a v3 core's 16 GiB; 2 microbatches need 8.82
             "train.microbatches": 2, "train.batch_ramp": ()}
     c.phases = (
         {"name": "stable1024", "overrides": {
