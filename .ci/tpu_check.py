@@ -171,14 +171,35 @@ def weight(case) -> float:
     return c.model.num_layers * c.model.hidden_size ** 2 * rows * c.data.max_seq_len
 
 
+# What one compile of the largest preset takes on the host (modern_2026 at
+# 1,024 × 256 for a v3-8: 13 GiB resident), with a margin.
+COMPILE_GIB = 14
+
+
+def default_jobs(mode: str) -> int:
+    """The cores this process may use; when compiling (write, refresh), no more
+    at once than the available memory holds, as two of the largest compiles
+    exceed a 24 GiB machine and the kernel kills one."""
+    cores = len(os.sched_getaffinity(0))
+    if mode == "check":   # lowering only: a few hundred MiB a process
+        return cores
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return cores
+    return max(1, min(cores, kib // (COMPILE_GIB << 20)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated substrings of the cases to run")
     ap.add_argument("--fit-batch", action="store_true", help="also search the largest batch")
-    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+    ap.add_argument("--jobs", type=int, default=0,
                     help="compiles at once (XLA compiles a program on one core; default: "
-                    "the cores this process may use)")
+                    "the cores this process may use; with --record write or refresh, no "
+                    f"more than the free memory holds at {COMPILE_GIB} GiB each)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--record", default="check", choices=MODES,
                     help="check (CI): a case whose program and libtpu are recorded takes the "
@@ -207,11 +228,18 @@ def main() -> int:
     import concurrent.futures
     import multiprocessing
     n = len(groups)
-    with concurrent.futures.ProcessPoolExecutor(
-            max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = {id(c): r for g, rs in zip(groups.values(), pool.map(
-            run_group, groups.values(), [args.fit_batch] * n, [record] * n,
-            [args.record] * n, [args.accept_growth] * n)) for c, r in zip(g, rs)}
+    args.jobs = args.jobs or default_jobs(args.record)
+    try:
+        with concurrent.futures.ProcessPoolExecutor(
+                max(1, args.jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = {id(c): r for g, rs in zip(groups.values(), pool.map(
+                run_group, groups.values(), [args.fit_batch] * n, [record] * n,
+                [args.record] * n, [args.accept_growth] * n)) for c, r in zip(g, rs)}
+    except concurrent.futures.process.BrokenProcessPool:
+        print(f"tpu-check: a compile process was killed (out of memory, most likely, with "
+              f"{args.jobs} at once); nothing was written: run again with "
+              f"TPU_CHECK_ARGS='--jobs 1'", file=sys.stderr)
+        return 1
     print("| preset / change | topology | hosts | batch | compile s | CPU s | arguments GiB | "
           "temporaries GiB | peak GiB | HBM GiB | AR / AG / RS MiB | fits | largest batch |")
     print("|---" * 13 + "|")
