@@ -176,19 +176,21 @@ def weight(case) -> float:
 COMPILE_GIB = 14
 
 
-def default_jobs(mode: str) -> int:
+def default_jobs(mode: str, cores: int | None = None, available_kib: int | None = None) -> int:
     """The cores this process may use; when compiling (write, refresh), no more
-    at once than the available memory holds, as two of the largest compiles
-    exceed a 24 GiB machine and the kernel kills one."""
-    cores = len(os.sched_getaffinity(0))
+    at once than the available memory (/proc/meminfo's MemAvailable) holds, as
+    two of the largest compiles exceed a 24 GiB machine and the kernel kills one."""
+    cores = cores or len(os.sched_getaffinity(0))
     if mode == "check":   # lowering only: a few hundred MiB a process
         return cores
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration):
-        return cores
-    return max(1, min(cores, kib // (COMPILE_GIB << 20)))
+    if available_kib is None:
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                available_kib = next(int(line.split()[1]) for line in f
+                                     if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration):
+            return cores
+    return max(1, min(cores, available_kib // (COMPILE_GIB << 20)))
 
 
 def main() -> int:

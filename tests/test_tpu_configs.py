@@ -56,16 +56,33 @@ def test_a_mesh_that_misses_the_slice_is_a_clear_error():
         check_mesh(config, 32, 4)
 
 
-def test_ci_compiles_every_preset():
-    """`make tpu-check` (CI) has a case for every file in tpu_configs/, the
-    one its header's memory paragraph quotes (compile_checks/cases.py)."""
+def _tpu_check():
     spec = importlib.util.spec_from_file_location("tpu_check",
                                                   os.path.join(ROOT, ".ci", "tpu_check.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_compiles_every_preset():
+    """`make tpu-check` (CI) has a case for every file in tpu_configs/, the
+    one its header's memory paragraph quotes (compile_checks/cases.py)."""
+    module = _tpu_check()
     presets = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "tpu_configs",
                                                                         "*.py"))}
     assert presets <= {case[0] for case in module.CASES if case[4]}
     from compile_checks.cases import header_case
     assert all(header_case(p, module.CASES)[4] for p in presets)   # alone on its slice: fits
 
+
+
+def test_tpu_check_compiles_no_more_at_once_than_memory_holds():
+    """Lowering takes every core; compiling (write, refresh) at most one
+    largest compile per COMPILE_GIB of available memory, and never none."""
+    module = _tpu_check()
+    gib = module.COMPILE_GIB << 20   # in KiB, as /proc/meminfo counts
+    assert module.default_jobs("check", cores=8, available_kib=gib) == 8
+    assert module.default_jobs("write", cores=2, available_kib=23 * (1 << 20)) == 1
+    assert module.default_jobs("refresh", cores=8, available_kib=3 * gib) == 3
+    assert module.default_jobs("write", cores=2, available_kib=100 * gib) == 2
+    assert module.default_jobs("write", cores=2, available_kib=gib // 2) == 1

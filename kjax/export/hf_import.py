@@ -277,17 +277,20 @@ def write_config_file(config, path: str, source: str) -> None:
                         f"folder had a tokenizer (copied to tokenizer.path): docs/EXPORT.md.")
 
 
-def fresh_params(config, model, names: list[str]) -> dict:
+def fresh_params(config, model, names: list[str], mesh=None, tx=None, shardings=None) -> dict:
     """The modules `names` as `init_state` initialises them, by `init_state`
     itself (kjax/train/state.py): the same program, key and layout, so an
     imported model's new heads equal a fresh run's bit for bit (XLA's fusion of
     the initialisers follows the state's layout, sliced under
     mesh.shard_update, and a separately compiled init can differ in the last
-    bit)."""
+    bit). A caller holding the run's mesh, optimizer and state shardings
+    passes them, sparing their construction and a trace."""
     import jax
     from kjax.parallel.mesh import make_mesh
     from kjax.train.state import init_state, make_optimizer
-    state, _ = init_state(config, make_mesh(config), model, make_optimizer(config.train))
+    mesh = make_mesh(config) if mesh is None else mesh
+    tx = make_optimizer(config.train) if tx is None else tx
+    state, _ = init_state(config, mesh, model, tx, shardings)
     return jax.device_get({k: state["params"][k] for k in names})
 
 
@@ -320,13 +323,16 @@ def save_imported(config, found: dict, workdir: str, config_out: str | None, sou
     tx = make_optimizer(built.train)
     model = make_model(built, False)
     # The exact structure `kjax train` restores (traced, nothing compiled).
-    target, shardings = abstract_state(built, make_mesh(built), model, tx)
+    mesh = make_mesh(built)
+    target, shardings = abstract_state(built, mesh, model, tx)
     check_shapes(found, target["params"])
     have = traverse_util.flatten_dict(found)
     want = traverse_util.flatten_dict(target["params"])
     absent = [p for p in want if p not in have]
-    fresh = traverse_util.flatten_dict(
-        fresh_params(built, model, sorted({p[0] for p in absent}))) if absent else {}
+    fresh = {}
+    if absent:
+        fresh = traverse_util.flatten_dict(fresh_params(
+            built, model, sorted({p[0] for p in absent}), mesh, tx, shardings))
     params = traverse_util.unflatten_dict({p: have[p] if p in have else fresh[p] for p in want})
     # A module is named at the first level where the source has nothing of it.
     held = {h[:i] for h in have for i in range(1, len(h) + 1)}
