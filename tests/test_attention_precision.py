@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
-from kjax.model.attention import explicit_attention, low_precision_softmax, shake_scores
-from kjax.model.attention_core import MASK_VALUE, dense_shake, logits_mask
-from test_attention_kernels import CASES, B, H, S, inputs, live_rows
+from kjax.model import dropout_hash
+from kjax.model.attention import explicit_attention, low_precision_attention
+from kjax.model.attention_core import dense_shake, logits_mask
+from test_attention_kernels import CASES, S, inputs, live_rows
 
 
 def case_inputs(case):
@@ -57,26 +58,33 @@ def test_bf16_logits_match_the_fp32_reference(case):
     assert low[0].dtype == np.float32 and not np.array_equal(low[0], ref[0])   # really bf16
 
 
-@pytest.mark.parametrize("with_b", [False, True])
-def test_custom_backward_equals_autodiff(with_b):
-    """In fp32 the custom VJP of low_precision_softmax is the exact gradient of
-    softmax(Eq. 1(s) where mask): dx = α(g − Σgα), times 1 + bf·B·sign(s)."""
-    rng = np.random.default_rng(2)
-    s = jnp.asarray(rng.normal(size=(B, H, S, S)) * 3, jnp.float32)
-    s = s.at[0, 0, 0, :4].set(0.0)                        # sign(0): jnp.abs's convention
-    valid = jnp.asarray(np.arange(S)[None] < np.asarray([[25], [S]]), jnp.int32)
-    mask = logits_mask(valid, None, 12)
-    shake = jnp.asarray(rng.choice([0.0, 1.0, 2.0], (B, S, S)), jnp.float32) if with_b else None
-    bf = jnp.float32(0.6)
-    g = jnp.asarray(rng.normal(size=s.shape), jnp.float32)
+@pytest.mark.parametrize("case,rate", [("plain", 0.0), ("dense_bf+_segments", 0.1),
+                                       ("pairs_bf-_window", 0.1)])
+def test_custom_backward_equals_autodiff(case, rate):
+    """In fp32 the custom VJP of low_precision_attention is autodiff's gradient
+    of the reference path to rounding: FlashAttention-2's row term Σ_d dO ⊙ O
+    in place of Σ_k g ⊙ α, through attention dropout, Eq. 1 (its sign(s)
+    factor) and every mask; and the forward is the reference's."""
+    (q, k, v), valid, masks, shake, bf, live = case_inputs(case)
+    dense = None if shake is None else dense_shake(shake, S)
+    mask = logits_mask(valid, masks["segment_ids"], masks["local_window"])
+    drop = None if rate == 0 else (
+        lambda p: dropout_hash.dropout(p, dropout_hash.key_words(jax.random.key(3)), rate))
+    weights = jnp.asarray(np.random.default_rng(4).normal(size=q.shape)
+                          * live[:, :, None, None], jnp.float32)
 
-    def reference(s):
-        x = s if shake is None else shake_scores(s, shake, bf)
-        return jnp.sum(jax.nn.softmax(jnp.where(mask, x, MASK_VALUE), axis=-1) * g)
+    def reference(q, k, v):
+        return jnp.sum(explicit_attention(q, k, v, valid, **masks, shake=shake, bf=bf,
+                                          dropout=drop)[0] * weights)
 
-    custom = lambda s: jnp.sum(low_precision_softmax(s, mask, shake, bf) * g)  # noqa: E731
-    np.testing.assert_allclose(custom(s), reference(s), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(custom)(s), jax.grad(reference)(s), atol=1e-6)
+    def custom(q, k, v):
+        return jnp.sum(low_precision_attention(q, k, v, mask, dense, bf, drop) * weights)
+
+    np.testing.assert_allclose(custom(q, k, v), reference(q, k, v), rtol=1e-6)
+    for name, got, want in zip("qkv", jax.grad(custom, (0, 1, 2))(q, k, v),
+                               jax.grad(reference, (0, 1, 2))(q, k, v)):
+        assert np.abs(want).max() > 0.1, name
+        np.testing.assert_allclose(got, want, atol=2e-6, err_msg=f"d{name}")
 
 
 def residual_bytes(logits_dtype, capsys, shaken):

@@ -22,10 +22,12 @@ kjax/model/attention_core.py says which runs when.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
 import jax
+import jax.extend
 import jax.numpy as jnp
 
 from kjax.model import dropout_hash
@@ -50,7 +52,8 @@ def explicit_attention(q, k, v, attention_mask, *, segment_ids=None, local_windo
     `logits_dtype` is the dtype the [b, h, q, k] arrays are held in: float32
     (the reference; α for the analysis) or q's dtype (training in bf16), where
     Eq. 1, the mask and the softmax still compute in fp32 inside one function
-    (`low_precision_softmax`) and only its bf16 input and output are stored."""
+    with its own backward (`low_precision_attention`), only bf16 logits are
+    stored, and α is not returned (None)."""
     mask = logits_mask(attention_mask, segment_ids, local_window)
     shake = None if shake is None else dense_shake(shake, k.shape[1])
     if jnp.dtype(logits_dtype) == jnp.float32:
@@ -59,44 +62,95 @@ def explicit_attention(q, k, v, attention_mask, *, segment_ids=None, local_windo
             scores = shake_scores(scores, shake, bf)
         probs = jax.nn.softmax(jnp.where(mask, scores, MASK_VALUE), axis=-1)
     else:
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=logits_dtype)
-        probs = low_precision_softmax(scores, mask, shake, bf)
+        return low_precision_attention(q.astype(logits_dtype), k.astype(logits_dtype),
+                                       v.astype(logits_dtype), mask, shake, bf, dropout), None
     dropped = probs if dropout is None else dropout(probs)
     return jnp.einsum("bhqk,bkhd->bqhd", dropped.astype(q.dtype), v), probs
 
 
-@jax.custom_vjp
-def low_precision_softmax(scores, mask, shake, bf):
-    """softmax(Eq. 1(scores) where mask) in fp32, returned in scores' dtype.
+def low_precision_attention(q, k, v, mask, shake, bf, dropout=None):
+    """α·V with α = softmax(Eq. 1(q·kᵀ) where mask), dropout on α, its [b, h, q, k]
+    arrays held in q's dtype and computed in fp32 (`explicit_attention`'s
+    compute-dtype branch); → context [b, s, h, d] in q's dtype.
 
-    Why a custom VJP: autodiff of `softmax(x.astype(f32)).astype(bf16)` keeps
-    the fp32 softmax output [b, h, q, k] alive for the backward pass (4 bytes
-    an entry, written once and read back). Here the backward reads the bf16 α
-    (and, with Eq. 1, the bf16 logits for sign(s)) and recomputes in fp32:
-        dx = α ⊙ (g − Σ_k g ⊙ α),   ds = dx ⊙ (1 + bf · B · sign(s))   (Eq. 1)."""
-    return _lp_softmax_fwd(scores, mask, shake, bf)[0]
+    Why a custom VJP over the whole call, not autodiff: autodiff keeps the fp32
+    softmax [b, h, q, k] for the backward (4 bytes an entry, written and read
+    back), and its gradient of the softmax, dx = α ⊙ (g − Σ_k g ⊙ α), needs a
+    pass over g before dx exists, so XLA stores g and recomputes α ⊙ (g − ·)
+    from the logits inside both the dq and the dk products (each reads two
+    [b, h, q, k] arrays). FlashAttention-2's identity Σ_k g ⊙ α = Σ_d dO ⊙ O
+    (dropout included: O = dropout(α)·V) gives that row sum from two [b, s, h, d]
+    arrays, so the product dO·Vᵀ writes dx in one pass and dq, dk each read it
+    once. Kept for the backward: the bf16 logits and the softmax' row max and
+    sum (fp32 [b, h, q]); α is recomputed from them to the same bits."""
+    drop, consts = None, ()
+    if dropout is not None:
+        # The dropout's closed-over arrays (its key words, example ids) become
+        # arguments: a custom VJP's function may not close over traced values.
+        closed = jax.make_jaxpr(dropout)(jax.ShapeDtypeStruct(
+            (q.shape[0], q.shape[2], q.shape[1], k.shape[1]), q.dtype))
+        consts, jaxpr = tuple(closed.consts), closed.jaxpr
+        drop = lambda p, *c: jax.extend.core.jaxpr_as_fun(  # noqa: E731
+            jax.extend.core.ClosedJaxpr(jaxpr, c))(p)[0]
+    return _lp_attention(drop, q, k, v, mask, shake, bf, *consts)
 
 
-def _lp_softmax_fwd(scores, mask, shake, bf):
+def _probs(scores, mask, shake, bf):
+    """(α in the scores' dtype, row max, row sum): softmax as jax.nn.softmax
+    computes it, in fp32 (its bits are the same in the forward and backward)."""
     x = scores.astype(jnp.float32)
     if shake is not None:
         x = shake_scores(x, shake, bf)
-    probs = jax.nn.softmax(jnp.where(mask, x, MASK_VALUE), axis=-1).astype(scores.dtype)
-    return probs, (probs, None if shake is None else scores, mask, shake, bf)
+    x = jnp.where(mask, x, MASK_VALUE)
+    top = jnp.max(x, axis=-1, keepdims=True)
+    e = jnp.exp(x - top)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return (e / total).astype(scores.dtype), top, total
 
 
-def _lp_softmax_bwd(residuals, g):
-    probs, scores, mask, shake, bf = residuals
-    p, g = probs.astype(jnp.float32), g.astype(jnp.float32)
-    # masked logits get none (where's gradient), also in rows with no key at all
-    dx = jnp.where(mask, p * (g - jnp.sum(g * p, axis=-1, keepdims=True)), 0.0)
+def _recomputed(scores, top, total, mask, shake, bf):
+    x = scores.astype(jnp.float32)
+    if shake is not None:
+        x = shake_scores(x, shake, bf)
+    return (jnp.exp(jnp.where(mask, x, MASK_VALUE) - top) / total).astype(scores.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _lp_attention(drop, q, k, v, mask, shake, bf, *consts):
+    return _lp_attention_fwd(drop, q, k, v, mask, shake, bf, *consts)[0]
+
+
+def _lp_attention_fwd(drop, q, k, v, mask, shake, bf, *consts):
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=q.dtype)
+    probs, top, total = _probs(scores, mask, shake, bf)
+    dropped = probs if drop is None else drop(probs, *consts)
+    out = jnp.einsum("bhqk,bkhd->bqhd", dropped, v)
+    return out, (q, k, v, scores, top, total, out, mask, shake, bf, consts)
+
+
+def _lp_attention_bwd(drop, residuals, g):
+    q, k, v, scores, top, total, out, mask, shake, bf, consts = residuals
+    probs = _recomputed(scores, top, total, mask, shake, bf)
+    if drop is None:
+        dropped, drop_vjp = probs, lambda x: (x,)
+    else:
+        dropped, drop_vjp = jax.vjp(lambda p: drop(p, *consts), probs)
+    dv = jnp.einsum("bhqk,bqhd->bkhd", dropped, g)
+    dprobs = drop_vjp(jnp.einsum("bqhd,bkhd->bhqk", g, v))[0]
+    # Σ_k g_k α_k = Σ_d dO_d O_d, per (b, h, q): FlashAttention-2's row term
+    rows = jnp.einsum("bqhd,bqhd->bhq", g.astype(jnp.float32),
+                      out.astype(jnp.float32))[..., None]
+    dx = jnp.where(mask, probs.astype(jnp.float32) * (dprobs.astype(jnp.float32) - rows), 0.0)
     if shake is not None:   # d|s·B|/ds = B·sign(s) for B ≥ 0, jnp.abs's sign(0) = +1
         b = shake.astype(jnp.float32)[:, None, :, :]
         dx = dx * (1.0 + bf * b * jnp.where(scores >= 0, 1.0, -1.0))
-    return dx.astype(probs.dtype), None, None, None   # masks, B, bf: data, no gradient
+    ds = dx.astype(scores.dtype)
+    dq = jnp.einsum("bhqk,bkhd->bqhd", ds, k)
+    dk = jnp.einsum("bhqk,bqhd->bkhd", ds, q)
+    return (dq, dk, dv, None, None, None) + tuple(None for _ in consts)
 
 
-low_precision_softmax.defvjp(_lp_softmax_fwd, _lp_softmax_bwd)
+_lp_attention.defvjp(_lp_attention_fwd, _lp_attention_bwd)
 
 
 class HeadProjection(nn.Module):
