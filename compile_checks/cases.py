@@ -31,11 +31,14 @@ TPU_CASES = [("v3_8", "v3-8", [], "", True), ("v2_8", "v2-8", [], "", True),
              ("bert_base", "v3-8", ACCUMULATED, "batch 256 in 2 microbatches, no remat", True),
              ("bert_large_lamb", "v3-32", [], "4 hosts", True),
              ("bert_s", "v3-8", SHAKE_DENSE, "shaking, dense B", True),
-             # the kernel itself, traced for TPU (Mosaic): v3's Mosaic refuses its bf16
-             # matmuls (E2001, "Unsupported matmul RHS type"), so the oldest slice that takes it
+             # the kernel itself, traced for TPU (Mosaic): bf16 products on a v4, and on a
+             # v3, whose Mosaic refuses bf16 matmul operands (E2001, "Unsupported matmul
+             # RHS type"), the same products of operands widened to fp32
              ("bert_s", "v4-8", FLASH_PAIRS, "flash kernel, pairs B", True),
              ("bert_base", "v4-8", FLASH_PAIRS[:-1] + ["model.attention_dropout_rate=0.1"],
               "flash kernel, attention dropout 0.1 in it, pairs B", True),
+             ("bert_base", "v3-8", ["model.attention_impl=flash"],
+              "flash kernel on a v3 (fp32 operands), attention dropout 0.1 in it", True),
              ("modern_small", "v3-8", PACKING, "packing", True),
              # the presets that list their phases: each phase as it trains
              ("bert_base_phases", "v3-8", [], "phase 1: 128 tokens, batch 256", True),

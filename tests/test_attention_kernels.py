@@ -3,6 +3,7 @@ explicit path: the Pallas flash kernel with Eq. 1 (METHODS §1.2) in interpret
 mode, jax.nn.dot_product_attention, B's pairs layout against dense B, and a
 train step with each implementation."""
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -129,3 +130,37 @@ def test_segments_never_leak_and_window_is_two_sided():
         np.testing.assert_array_equal(np.asarray(run(other))[0, :8], base[0, :8])
         np.testing.assert_array_equal(np.asarray(run(far))[0, :1], base[0, :1])  # |q−k| > 4
         assert np.abs(np.asarray(run(far))[0, 1] - base[0, 1]).max() > 0        # key 5 is in
+
+
+def test_flash_kernel_for_tpu_v3_widens_its_products_to_the_same_numbers():
+    """v2/v3's Mosaic takes no bf16 matmul operand: lowered for a "TPU v3" every
+    product in the kernels takes fp32 operands (for a v4, bf16), and since a
+    bf16 value is exact in fp32 the outputs and gradients are the same bits."""
+    from kjax.config.platform import lowering_for
+    q, k, v, valid, live, cot, masks = case_inputs("pairs_bf+_segments_window")
+    q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
+
+    def run(kind):
+        def loss(q, k, v):
+            out = flash_attention(q, k, v, valid, **masks, dropout_rate=0.1,
+                                  dropout_words=jnp.asarray([3, 4], jnp.int32),
+                                  block_q=BLOCK, block_k=BLOCK, backend="tpu", interpret=True)
+            return jnp.sum(out.astype(jnp.float32) * cot), out
+        with lowering_for("tpu", kind):
+            jaxpr = jax.make_jaxpr(jax.grad(loss, (0, 1, 2), has_aux=True))(q, k, v)
+            grads, out = jax.grad(loss, (0, 1, 2), has_aux=True)(q, k, v)
+        return jaxpr, [np.asarray(x, np.float32) for x in (out, *grads)]
+
+    def operand_dtypes(jaxpr):
+        found = set()
+        for eqn in jaxpr.eqns:
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                found |= operand_dtypes(sub)
+            if eqn.primitive.name == "dot_general":
+                found |= {str(x.aval.dtype) for x in eqn.invars}
+        return found
+    (v3_jaxpr, v3), (v4_jaxpr, v4) = run("TPU v3"), run("TPU v4")
+    assert operand_dtypes(v3_jaxpr.jaxpr) == {"float32"}
+    assert "bfloat16" in operand_dtypes(v4_jaxpr.jaxpr)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), v3, v4):
+        np.testing.assert_array_equal(a, b, err_msg=name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 
 import jax
 
@@ -21,6 +22,8 @@ import jax
 _ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 _TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("kjax_platform",
                                                                      default=None)
+_KIND: contextvars.ContextVar[str | None] = contextvars.ContextVar("kjax_device_kind",
+                                                                  default=None)
 
 
 def normalize(name: str) -> str:
@@ -34,11 +37,24 @@ def platform() -> str:
     return _TARGET.get() or normalize(jax.default_backend())
 
 
+def tpu_generation() -> int | None:
+    """The TPU generation lowered for (2 for "TPU v2", 5 for "TPU v5 lite", ...),
+    None off TPU: what a Pallas kernel may ask of Mosaic depends on it."""
+    if platform() != "tpu":
+        return None
+    kind = _KIND.get() or jax.devices()[0].device_kind
+    match = re.search(r"v(\d+)", kind)
+    return int(match.group(1)) if match else None
+
+
 @contextlib.contextmanager
-def lowering_for(name: str | None):
-    """Trace for `name` (a device's `.platform`; None: jax's default backend)."""
+def lowering_for(name: str | None, device_kind: str | None = None):
+    """Trace for `name` (a device's `.platform`; None: jax's default backend)
+    and, where given, that device's `.device_kind` ("TPU v3")."""
     token = _TARGET.set(None if name is None else normalize(name))
+    kind = _KIND.set(device_kind)
     try:
         yield
     finally:
+        _KIND.reset(kind)
         _TARGET.reset(token)

@@ -25,8 +25,9 @@ time, with pairs B and dropout 0.86×, and the modern_base step on the kernel
 0.86× its step on cuDNN, whose mask as a bias computes every key of a local
 layer where the kernel skips the blocks outside the window; without any of
 these features cuDNN stays ahead of the kernel (1.3× at seq 512–2048). On
-TPU v4+ the kernel goes through Mosaic; v2/v3's Mosaic refuses its bf16
-matmuls (docs/TPU.md §15).
+TPU the kernel goes through Mosaic, on v2/v3 with its products' operands
+widened to fp32 (their Mosaic refuses bf16 ones; unmeasured there, so
+`auto` stays on xla: docs/TPU.md §15).
 
 Whatever the setting, a call that needs the attention weights themselves
 (`return_analysis`: α per head) runs the explicit path, and so does a call

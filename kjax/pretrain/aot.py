@@ -104,7 +104,7 @@ def trace(config, devices, step: str = "train", lower: bool = False):
                             shardings["params"])
         args = (state["params"], batch)
     # traced for the devices' platform, not this host's (attention picks its path by it)
-    with on_mesh(mesh, config), lowering_for(devices[0].platform):
+    with on_mesh(mesh, config), lowering_for(devices[0].platform, devices[0].device_kind):
         traced = fn.jitted.trace(*args)
         return traced.lower() if lower else traced
 

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from kjax.config.platform import platform
+from kjax.config.platform import platform, tpu_generation
 from kjax.model import dropout_hash
 from kjax.model.flash.kernels import (MASK_VALUE, Static, dkv_kernel, dkv_t_kernel, dq_kernel,
                                       forward_kernel)
@@ -174,7 +174,8 @@ def flash_attention(q, k, v, key_valid, *, segment_ids=None, local_window: int |
     forward, dq, dkv = tiles or kernel_tiles(seq, triton, block_q, block_k, q.shape[-1])
     st = Static(forward, dq, dkv, None if local_window is None else int(local_window) // 2,
                 segment_ids is not None, layout, float(dropout_rate), bool(dropout_broadcast),
-                bool(interpret), triton, target == "tpu")
+                bool(interpret), triton, target == "tpu",
+                wide_operands=target == "tpu" and (tpu_generation() or 4) <= 3)
     if any(seq % t.outer or seq % t.inner for t in (forward, dq, dkv)):
         raise ValueError(f"sequence length {seq} is not a multiple of the kernels' blocks "
                          f"{[(t.outer, t.inner) for t in (forward, dq, dkv)]}")

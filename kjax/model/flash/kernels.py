@@ -46,6 +46,19 @@ class Static:
     interpret: bool           # run through XLA (CPU): tests and debugging
     triton: bool              # on GPU: Pallas' Triton backend (not Mosaic GPU)
     heads_major: bool         # arrays [b, h, s, d] (TPU), else as given, [b, s, h, d]
+    wide_operands: bool = False   # products of fp32 operands (TPU v2/v3: `_dot`)
+
+
+def _dot(st: Static, a, b, dims):
+    """a · b on the MXU. v2's and v3's Mosaic takes no bf16 operand ("Unsupported
+    matmul RHS type on target"): there both are widened to fp32 in VMEM. A bf16
+    value is exact in fp32, so the products are the same numbers and the loads
+    from HBM stay bf16; what the wider operands cost a v3's MXU is unmeasured
+    (docs/TPU.md).
+    """
+    if st.wide_operands:
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
 
 
 # ---- one tile: logits, Eq. 1, mask ------------------------------------------------------
@@ -55,7 +68,7 @@ def _tile(st: Static, refs: dict, q, k, q0, k0, rows, cols, eq1: bool):
     index the query-/key-side refs (a pl.ds, or slice(None) for a ref that
     already holds just this block); `eq1`: whether this tile applies Eq. 1."""
     bq, bk = q.shape[0], k.shape[0]
-    s = lax.dot_general(q, k, NT, preferred_element_type=jnp.float32)
+    s = _dot(st, q, k, NT)
     qpos = q0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 0)
     kpos = k0 + lax.broadcasted_iota(jnp.int32, (bq, bk), 1)
     mask = refs["key_valid"][:, cols] > 0
@@ -85,7 +98,7 @@ def _tile_t(st: Static, refs: dict, k, q, k0, q0, cols, eq1: bool):
     maskᵀ, Bᵀ) [bk, bq]; the key-side refs hold just this block, the query-side
     ones are rows indexed by `cols`."""
     bk, bq = k.shape[0], q.shape[0]
-    s = lax.dot_general(k, q, NT, preferred_element_type=jnp.float32)
+    s = _dot(st, k, q, NT)
     kpos = k0 + lax.broadcasted_iota(jnp.int32, (bk, bq), 0)
     qpos = q0 + lax.broadcasted_iota(jnp.int32, (bk, bq), 1)
     mask = refs["key_valid"][...] > 0
@@ -214,8 +227,7 @@ def forward_kernel(*refs, st: Static, names):
         correction = _exp2_minus(m, m_new)
         l = correction * l + jnp.sum(p, axis=1, keepdims=True)   # statistics: undropped p
         p = _kept(p, _keep(st, seed, q0, k0, bq, bk, seq))
-        acc = correction * acc + lax.dot_general(p.astype(v.dtype), v, NN,
-                                                 preferred_element_type=jnp.float32)
+        acc = correction * acc + _dot(st, p.astype(v.dtype), v, NN)
         return acc, m_new, l
 
     def body(j, carry):
@@ -248,11 +260,9 @@ def dq_kernel(*refs, st: Static, names):
         s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, slice(None), cols, eq1)
         p = jnp.where(mask, _exp2_minus(shaken, lse), 0.0)
         # D = rowsum(dO∘O) already is Σ P∘dP∘Z (O used the dropped P).
-        dp = _kept(lax.dot_general(do, v, NT, preferred_element_type=jnp.float32),
-                   _keep(st, seed, q0, k0, bq, bk, seq))
+        dp = _kept(_dot(st, do, v, NT), _keep(st, seed, q0, k0, bq, bk, seq))
         ds = _eq1_backward(r, p * (dp - delta), s, tile)
-        return dq + lax.dot_general(ds.astype(k.dtype), k, NN,
-                                    preferred_element_type=jnp.float32)
+        return dq + _dot(st, ds.astype(k.dtype), k, NN)
 
     def body(j, dq):
         k0 = pl.multiple_of(j * bk, bk)
@@ -282,17 +292,16 @@ def dkv_kernel(*refs, st: Static, names, transposed: bool = False):
             lse, delta = r["lse_row"][:, rows], r["delta_row"][:, rows]
             s, shaken, mask, tile = _tile_t(st, r, k, q, k0, q0, rows, eq1)
             keep = _keep_t(st, seed, q0, k0, bq, bk, seq)
-            dp = lax.dot_general(v, do, NT, preferred_element_type=jnp.float32)
+            dp = _dot(st, v, do, NT)
         else:
             lse, delta = r["lse"][rows, :], r["delta"][rows, :]
             s, shaken, mask, tile = _tile(st, r, q, k, q0, k0, rows, slice(None), eq1)
             keep = _keep(st, seed, q0, k0, bq, bk, seq)      # once for dV and dP
-            dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+            dp = _dot(st, do, v, NT)
         p = jnp.where(mask, _exp2_minus(shaken, lse), 0.0)
-        dv = dv + lax.dot_general(_kept(p, keep).astype(do.dtype), do, left,
-                                  preferred_element_type=jnp.float32)
+        dv = dv + _dot(st, _kept(p, keep).astype(do.dtype), do, left)
         ds = _eq1_backward(r, p * (_kept(dp, keep) - delta * survival), s, tile)
-        dk = dk + lax.dot_general(ds.astype(q.dtype), q, left, preferred_element_type=jnp.float32)
+        dk = dk + _dot(st, ds.astype(q.dtype), q, left)
         return dk, dv
 
     def body(i, carry):
