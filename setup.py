@@ -41,7 +41,7 @@ CORE = [
 
 setup(
     name="kjax",
-    version="0.5.0",
+    version="0.5.1",
     description=" ".join(__doc__.split()),
     license="Apache-2.0",
     python_requires=">=3.11",

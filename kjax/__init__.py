@@ -24,7 +24,7 @@ ones (tests/test_architecture.py enforces it; docs/ARCHITECTURE.md explains):
 import os as _os
 import sys as _sys
 
-__version__ = "0.5.0"
+__version__ = "0.5.1"
 
 # One way to reach gs:// (docs/TPU.md, "Paths"): etils.epath, which orbax uses
 # for checkpoint folders, would send gs:// to tf.io.gfile whenever tensorflow

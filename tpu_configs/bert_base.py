@@ -12,8 +12,8 @@ when memory is short.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-128 (16 per core) the train step needs 8.22 GiB per core of 16 (arguments 0.17,
-temporaries 8.05): fits. XLA compiled its program once for it and v3_8.py (the
+128 (16 per core) the train step needs 6.72 GiB per core of 16 (arguments 0.17,
+temporaries 6.56): fits. XLA compiled its program once for it and v3_8.py (the
 same up to floating-point constants).
 `kjax compile --config tpu_configs/bert_base.py --topology v3-8` says it again;
 with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).

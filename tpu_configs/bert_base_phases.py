@@ -28,8 +28,8 @@ batch 256 in 2 microbatches (docs/TPU.md §15).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 3.58 GiB per core of 16 (arguments 0.17,
-temporaries 3.41): fits.
+256 (32 per core) the train step needs 3.29 GiB per core of 16 (arguments 0.17,
+temporaries 3.12): fits.
 `kjax compile --config tpu_configs/bert_base_phases.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -7,8 +7,8 @@ BERT-base (the "CPU s" column of docs/TPU.md §15's table).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 12.72 GiB per core of 16 (arguments
-0.47, temporaries 12.25): fits.
+256 (32 per core) the train step needs 12.41 GiB per core of 16 (arguments
+0.47, temporaries 11.94): fits.
 `kjax compile --config tpu_configs/bert_large.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

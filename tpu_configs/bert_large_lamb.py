@@ -25,8 +25,8 @@ English; phase 1 alone is a model of 128 positions.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-32 as its 4 hosts would (jax 0.10.2, libtpu
-0.0.42.1, no TPU), at batch 65536 (2048 per core) the train step needs 10.08
-GiB per core of 16 (arguments 0.16, temporaries 9.92): fits.
+0.0.42.1, no TPU), at batch 65536 (2048 per core) the train step needs 9.92 GiB
+per core of 16 (arguments 0.16, temporaries 9.77): fits.
 `kjax compile --config tpu_configs/bert_large_lamb.py --topology v3-32` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

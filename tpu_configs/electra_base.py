@@ -28,8 +28,8 @@ docs/TPU.md §15's table): the whole batch's step, its gradients reduced once
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 9.22 GiB per core of 16 (arguments 0.19,
-temporaries 9.03): fits.
+256 (32 per core) the train step needs 7.90 GiB per core of 16 (arguments 0.19,
+temporaries 7.71): fits.
 `kjax compile --config tpu_configs/electra_base.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -29,8 +29,8 @@ step: kjax/train/accumulation.py); the memory below is that split's step.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-512 (64 per core) the train step needs 5.34 GiB per core of 16 (arguments 0.04,
-temporaries 5.30): fits.
+512 (64 per core) the train step needs 4.22 GiB per core of 16 (arguments 0.04,
+temporaries 4.18): fits.
 `kjax compile --config tpu_configs/electra_small.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -10,8 +10,8 @@ knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-128 (16 per core) the train step needs 3.81 GiB per core of 16 (arguments 0.17,
-temporaries 3.64): fits.
+128 (16 per core) the train step needs 3.43 GiB per core of 16 (arguments 0.17,
+temporaries 3.26): fits.
 `kjax compile --config tpu_configs/mbert_b.py --topology v3-8` says it again;
 with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 """

@@ -38,8 +38,8 @@ quality (ModernBERT, Ettin); ~135 M parameters with a 32k vocabulary.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 13.07 GiB per core of 16 (arguments
-0.29, temporaries 12.79): fits.
+256 (32 per core) the train step needs 11.89 GiB per core of 16 (arguments
+0.29, temporaries 11.61): fits.
 `kjax compile --config tpu_configs/modern_2026.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -44,8 +44,8 @@ benchmarks that name modern_base run it.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 13.00 GiB per core of 16 (arguments
-0.21, temporaries 12.79): fits.
+256 (32 per core) the train step needs 14.20 GiB per core of 16 (arguments
+0.21, temporaries 13.98): fits.
 `kjax compile --config tpu_configs/modern_base.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

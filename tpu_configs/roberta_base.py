@@ -17,8 +17,8 @@ of 128 (16 per core) and says whether it fits (the paragraph below).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-8192 (1024 per core) the train step needs 9.09 GiB per core of 16 (arguments
-0.18, temporaries 8.91): fits.
+8192 (1024 per core) the train step needs 7.59 GiB per core of 16 (arguments
+0.18, temporaries 7.41): fits.
 `kjax compile --config tpu_configs/roberta_base.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

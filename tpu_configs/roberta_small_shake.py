@@ -13,8 +13,8 @@ dynamic masking, longer sequences; the NSP head still exists but is unused.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 8.41 GiB per core of 16 (arguments 0.10,
-temporaries 8.30): fits.
+256 (32 per core) the train step needs 7.12 GiB per core of 16 (arguments 0.10,
+temporaries 7.01): fits.
 `kjax compile --config tpu_configs/roberta_small_shake.py --topology v3-8` says
 it again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

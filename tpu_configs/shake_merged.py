@@ -12,8 +12,8 @@ several target tokens.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 8.09 GiB per core of 16 (arguments 0.10,
-temporaries 7.99): fits.
+256 (32 per core) the train step needs 6.81 GiB per core of 16 (arguments 0.10,
+temporaries 6.70): fits.
 `kjax compile --config tpu_configs/shake_merged.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -11,8 +11,8 @@ Expected (what the thesis reported): evaluation MLM loss as low as bf = +0.3
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 9.87 GiB per core of 16 (arguments 0.11,
-temporaries 9.76): fits. XLA compiled its program once for it and
+256 (32 per core) the train step needs 7.18 GiB per core of 16 (arguments 0.11,
+temporaries 7.07): fits. XLA compiled its program once for it and
 shake_pos_plus.py (the same up to floating-point constants).
 `kjax compile --config tpu_configs/shake_pos_minus.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles

@@ -11,8 +11,8 @@ kept as the thesis's ablation.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 8.45 GiB per core of 16 (arguments 0.10,
-temporaries 8.34): fits.
+256 (32 per core) the train step needs 7.15 GiB per core of 16 (arguments 0.10,
+temporaries 7.04): fits.
 `kjax compile --config tpu_configs/shake_shared_position.py --topology v3-8`
 says it again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

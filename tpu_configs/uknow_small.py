@@ -11,8 +11,8 @@ newspaper-scale corpus. On this 2-core CPU: see docs/PERFORMANCE.md.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-128 (16 per core) the train step needs 0.55 GiB per core of 16 (arguments 0.02,
-temporaries 0.54): fits.
+128 (16 per core) the train step needs 0.52 GiB per core of 16 (arguments 0.02,
+temporaries 0.50): fits.
 `kjax compile --config tpu_configs/uknow_small.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -10,8 +10,8 @@ knowledge.hypernyms / sense_vectors / case_frames at your own files.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-128 (16 per core) the train step needs 0.81 GiB per core of 16 (arguments 0.02,
-temporaries 0.80): fits.
+128 (16 per core) the train step needs 0.78 GiB per core of 16 (arguments 0.02,
+temporaries 0.76): fits.
 `kjax compile --config tpu_configs/uknowbert_w.py --topology v3-8` says it
 again; with `--fit-batch`, also the largest batch that compiles
 (docs/TPU.md §15).

@@ -11,8 +11,8 @@ For the thesis' v2 model, UKNOW-small, use tpu_configs/uknow_small.py with
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v2-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (32 per core) the train step needs 3.58 GiB per core of 8 (arguments 0.17,
-temporaries 3.41): fits.
+256 (32 per core) the train step needs 3.29 GiB per core of 8 (arguments 0.17,
+temporaries 3.12): fits.
 `kjax compile --config tpu_configs/v2_8.py --topology v2-8` says it again; with
 `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 

@@ -10,8 +10,8 @@ state, no remat. The tokens of 1M steps × 128 (bert_base.py) in 250k steps.
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-32 as its 4 hosts would (jax 0.10.2, libtpu
-0.0.42.1, no TPU), at batch 512 (16 per core) the train step needs 8.11 GiB per
-core of 16 (arguments 0.05, temporaries 8.07): fits.
+0.0.42.1, no TPU), at batch 512 (16 per core) the train step needs 6.60 GiB per
+core of 16 (arguments 0.05, temporaries 6.55): fits.
 `kjax compile --config tpu_configs/v3_32.py --topology v3-32` says it again;
 with `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 

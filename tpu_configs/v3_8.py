@@ -11,8 +11,8 @@ UKNOW base's setting (Table 13: batch 128, lr 1e-4, 1M steps, TPU v3).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v3-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-128 (16 per core) the train step needs 8.22 GiB per core of 16 (arguments 0.17,
-temporaries 8.05): fits.
+128 (16 per core) the train step needs 6.72 GiB per core of 16 (arguments 0.17,
+temporaries 6.56): fits.
 `kjax compile --config tpu_configs/v3_8.py --topology v3-8` says it again; with
 `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 

@@ -11,8 +11,8 @@ work the same way with their runtime image (docs/TPU.md §2).
 
 Memory, from .ci/compile_record.json (`make tpu-check RECORD=write` writes this
 paragraph): compiled for a v4-8 (jax 0.10.2, libtpu 0.0.42.1, no TPU), at batch
-256 (64 per chip) the train step needs 10.41 GiB per chip of 32 (arguments
-0.34, temporaries 10.07): fits.
+256 (64 per chip) the train step needs 9.38 GiB per chip of 32 (arguments 0.34,
+temporaries 9.04): fits.
 `kjax compile --config tpu_configs/v4_8.py --topology v4-8` says it again; with
 `--fit-batch`, also the largest batch that compiles (docs/TPU.md §15).
 
