@@ -256,7 +256,7 @@ def test_every_stage_has_its_flash_tiles_fixed_before_the_run_builds_a_step(prep
         return candidates(call.seq, call.head_dim)[1]
     monkeypatch.setattr(flash_tuning, "_cached_or_timed", choose)
     from kjax.pretrain import aot   # its trace keeps the GPU's lowering, not these devices'
-    monkeypatch.setattr(aot, "lowering_for", lambda platform: contextlib.nullcontext())
+    monkeypatch.setattr(aot, "lowering_for", lambda platform, kind=None: contextlib.nullcontext())
     with lowering_for("gpu"):
         tiles = run_tiles(tiny_config(prepared, **RAMP, **{"model.attention_impl": "flash"}))
     assert sorted(tiles) == sorted(chosen) == ["s64_d8_b1_h4_float32_dropout",

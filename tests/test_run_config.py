@@ -52,7 +52,7 @@ def _as_if_on_a_gpu(monkeypatch):
     """The steps traced as for a GPU on this CPU host (the trace only: nothing is
     lowered), where the flash calls choose tiles (none can be timed here: the table)."""
     from kjax.config.platform import lowering_for
-    monkeypatch.setattr(aot, "lowering_for", lambda name: lowering_for("gpu"))
+    monkeypatch.setattr(aot, "lowering_for", lambda name, kind=None: lowering_for("gpu"))
     return lowering_for("gpu")
 
 
