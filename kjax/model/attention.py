@@ -82,7 +82,7 @@ def low_precision_attention(q, k, v, mask, shake, bf, dropout=None):
     (dropout included: O = dropout(α)·V) gives that row sum from two [b, s, h, d]
     arrays, so the product dO·Vᵀ writes dx in one pass and dq, dk each read it
     once. Kept for the backward: the bf16 logits and the softmax' row max and
-    sum (fp32 [b, h, q]); α is recomputed from them to the same bits."""
+    sum (fp32 [b, h, q, 1]); α is recomputed from them to the same bits."""
     drop, consts = None, ()
     if dropout is not None:
         # The dropout's closed-over arrays (its key words, example ids) become
