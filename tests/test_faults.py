@@ -337,3 +337,57 @@ def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_pat
     finally:
         stage_steps.make_train_step = original
     assert (tmp_path / "file").read_text(encoding="utf-8") == "keep me"
+
+
+def test_a_resumes_host_checks_meet_at_the_coordinator_before_each_collective(tmp_path,
+                                                                              monkeypatch):
+    """In a multi-process resume, the fingerprints' and the verdict's gathers
+    are the run's first gloo collectives, and a process that moved a damaged
+    step aside can reach them more than gloo's 30 s after its peer (which then
+    fails `Gloo context initialization failed: DEADLINE_EXCEEDED`): every
+    gather waits at the coordination service's barrier first, and the move
+    aside is that barrier, no device collective."""
+    from jax._src import distributed
+    from jax.experimental import multihost_utils
+    events, w = [], jax.numpy.arange(4.0)   # (jax's backend up before the client is faked)
+
+    class Client:
+        def wait_at_barrier(self, name, timeout_ms):
+            events.append(f"meet {name}")
+
+    def gather(value):
+        events.append("gather")
+        return np.stack([np.asarray(value)] * 2)
+
+    def collective(name):
+        raise AssertionError(f"sync_global_devices({name!r}): a device collective as a barrier")
+
+    class Steps:   # a Checkpointer whose newest step fails its fingerprints
+        directory, verified = str(tmp_path), True
+
+        def all_steps(self):
+            return sorted(int(p) for p in os.listdir(tmp_path) if p.isdigit())
+
+        def step_path(self, step):
+            return str(tmp_path / str(step))
+
+        def reload(self):
+            pass
+
+        def restore(self, step, target):
+            fingerprint.restored_sums({"w": w})
+            if step == 6:
+                raise DamagedCheckpoint(self.step_path(step), "1 array(s) differ")
+            return "state", "iterator"
+
+    for step in (3, 6):
+        os.mkdir(tmp_path / str(step))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(distributed.global_state, "client", Client())
+    monkeypatch.setattr(multihost_utils, "process_allgather", gather)
+    monkeypatch.setattr(multihost_utils, "sync_global_devices", collective)
+    assert restore_newest(Steps(), None, move_damaged=True) == ("state", "iterator", 3)
+    meet = "meet kjax/host_allgather"
+    assert events == [meet, "gather", meet, "gather", "meet kjax/move-aside-6",
+                      meet, "gather", meet, "gather"]
+    assert os.listdir(tmp_path / DAMAGED_DIR)[0].startswith("6-")

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kjax.parallel.mesh import host_allgather
+
 MASK = 0xFFFFFFFF
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}
 
@@ -134,10 +136,8 @@ def restored_sums(tree) -> dict[str, int]:
     part = partial_sums(tree)
     if jax.process_count() == 1:
         return part
-    from jax.experimental import multihost_utils
     names = sorted(part)
-    gathered = multihost_utils.process_allgather(
-        np.array([part[n] for n in names], np.uint32))
+    gathered = host_allgather(np.array([part[n] for n in names], np.uint32))
     summed = np.asarray(gathered, np.uint64).reshape(jax.process_count(), -1).sum(0)
     return {n: int(v) & MASK for n, v in zip(names, summed)}
 

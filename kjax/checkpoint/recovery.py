@@ -33,6 +33,7 @@ from etils import epath
 
 from kjax.checkpoint.manager import Checkpointer, DamagedCheckpoint
 from kjax.errors import KjaxError
+from kjax.parallel.mesh import host_allgather, processes_meet
 
 DAMAGED_DIR = "damaged"
 
@@ -45,8 +46,7 @@ def warn(message: str) -> None:
 def _agreed_failure(failed: bool) -> bool:
     if jax.process_count() == 1:
         return failed
-    from jax.experimental import multihost_utils
-    return bool(np.any(multihost_utils.process_allgather(np.int32(failed))))
+    return bool(np.any(host_allgather(np.int32(failed))))
 
 
 def _copy_tree(src: epath.Path, dst: epath.Path) -> None:
@@ -73,9 +73,7 @@ def move_aside(checkpoints: Checkpointer, step: int) -> str:
                 raise
             _copy_tree(src, dst)
             src.rmtree()
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(f"kjax-move-aside-{step}")
+    processes_meet(f"move-aside-{step}")   # a barrier, no device collective
     checkpoints.reload()
     return str(dst)
 

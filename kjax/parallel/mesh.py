@@ -134,6 +134,22 @@ def processes_meet(name: str) -> None:
     distributed.global_state.client.wait_at_barrier(f"kjax/{name}", MEET_TIMEOUT_S * 1000)
 
 
+def host_allgather(value: np.ndarray) -> np.ndarray:
+    """Every process's `value`, stacked on a new first axis (jax's
+    `process_allgather`), once the processes have met (`processes_meet`). A
+    resume's host-side checks (its fingerprints, whether every process read
+    the step) are its first collectives, and a process that moved a damaged
+    step aside or read its arrays slower can reach them more than gloo's 30 s
+    after its peer. Every call meets at the one barrier name: a process that
+    failed a read early and one that went on still pass it together, and
+    their collectives disagree as they would without it."""
+    if jax.process_count() == 1:
+        return np.asarray(value)[None]
+    processes_meet("host_allgather")
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(value))
+
+
 def checkpoint_barriers_through_coordinator() -> None:
     """orbax's checkpoint barriers through the coordination service's barrier,
     not device collectives. By default orbax syncs processes with
