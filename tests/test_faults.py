@@ -339,8 +339,8 @@ def test_a_workdir_that_is_a_file_is_one_line_before_compiling(prepared, tmp_pat
     assert (tmp_path / "file").read_text(encoding="utf-8") == "keep me"
 
 
-def test_a_resumes_host_checks_meet_at_the_coordinator_before_each_collective(tmp_path,
-                                                                              monkeypatch):
+def test_a_resume_meets_at_the_coordinator_before_each_host_collective(tmp_path,
+                                                                       monkeypatch):
     """In a multi-process resume, the fingerprints' and the verdict's gathers
     are the run's first gloo collectives, and a process that moved a damaged
     step aside can reach them more than gloo's 30 s after its peer (which then
