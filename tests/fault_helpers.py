@@ -41,7 +41,7 @@ def _truncate_all(step_dir: str) -> None:
         os.truncate(f, os.path.getsize(f) // 4)
 
 
-def _zero(path: str) -> None:
+def zero(path: str) -> None:
     size = os.path.getsize(path)
     with open(path, "wb") as f:
         f.write(b"\0" * size)
@@ -81,7 +81,7 @@ DAMAGES = {
     "largest array chunk file deleted": lambda s: os.remove(data_files(s)[-1]),
     "every array chunk file deleted": lambda s: [os.remove(f) for f in data_files(s)],
     "array chunk files truncated": _truncate_all,
-    "largest array chunk file zeroed": lambda s: _zero(data_files(s)[-1]),
+    "largest array chunk file zeroed": lambda s: zero(data_files(s)[-1]),
     "two array chunk files swapped": lambda s: _swap(s),
     "_CHECKPOINT_METADATA deleted": lambda s: os.remove(os.path.join(s, "_CHECKPOINT_METADATA")),
     "_CHECKPOINT_METADATA garbled": lambda s: _garbage(os.path.join(s, "_CHECKPOINT_METADATA")),

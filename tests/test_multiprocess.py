@@ -2,9 +2,9 @@
 4 fake CPU devices each) against the single-process 8-device run; then
 SIGTERM to one process mid-run: both save the same step and exit cleanly,
 and the resumed run ends bit-identical to an uninterrupted one; then a
-damaged newest step, which both processes refuse and fall back from; then
-one process SIGKILLed mid-run, and one dying while it saves: the other stops
-in bounded time with one line, and the restart is bit-exact."""
+damaged newest step that only one process reads, which both refuse and fall
+back from; then one process SIGKILLed mid-run, and one dying while it saves:
+the other stops in bounded time with one line, and the restart is bit-exact."""
 import json
 import os
 import shutil
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import DEMO_CONFIG, ROOT, built_once, tiny_config, tiny_overrides
-from fault_helpers import DAMAGES
+from fault_helpers import data_files, zero
 from kjax.train.metrics import read_metrics
 from kjax.pretrain.trainer import PREEMPTED_EXIT, train
 from test_train import TIMING, final_params
@@ -159,14 +159,19 @@ def test_two_processes_match_one_and_resume_bit_exactly_after_sigterm(prepared, 
     assert last["restarts"] == 1 and last["sessions"] == 2
     with open(os.path.join(cut, "goodput.json")) as f:
         assert json.load(f)["last_step"] == STEPS
-    # 4. The newest step of a finished two-process run damaged: both processes
-    # agree it fails, process 0 moves it aside, and the run ends as before
-    # (on a copy: the other tests read the reference).
+    # 4. The newest step of a finished two-process run damaged where only
+    # process 1 reads (a data file of its own: the parameter and optimizer
+    # slices it updates): process 0 reads its part fine, both agree the step
+    # is damaged, process 0 moves it aside, and the run ends as before (on a
+    # copy: the other tests read the reference).
     fallback = str(tmp_path / "fallback")
     shutil.copytree(straight, fallback)
-    DAMAGES["largest array chunk file zeroed"](os.path.join(fallback, "checkpoints", str(STEPS)))
+    newest = os.path.join(fallback, "checkpoints", str(STEPS))
+    own = [f for f in data_files(newest) if f"{os.sep}ocdbt.process_1{os.sep}" in f]
+    zero(own[-1])   # its largest
     out = run_two(prepared, fallback, logdir, "fallback")
-    assert f"checkpoint {fallback}/checkpoints/{STEPS} is damaged" in out[0]
+    assert (f"checkpoint {fallback}/checkpoints/{STEPS} is damaged (process 1 of 2: an array "
+            f"cannot be read") in out[0], out[0][-3000:]
     assert len(os.listdir(os.path.join(fallback, "checkpoints", "damaged"))) == 1
     f_state, f_data = final_params(config, fallback)
     assert f_data == r_data and all(np.array_equal(a, b) for a, b in zip(

@@ -18,33 +18,36 @@ verified when restored.
   (storage.py); `check_for_errors` surfaces a failed background write at the
   next step instead of at the next save.
 - Multi-process: every process calls save/restore (orbax coordinates them
-  and writes each array shard once); the data item holds one JSON file per
-  process (`process_I-of-N.json`): its iterator state and the fingerprints
-  of the shards it wrote, with a CRC32 of the record itself.
+  and writes each array shard once); the data item holds one JSON record per
+  process (records.py). Each process reads only the shards its devices
+  hold, so one can find a step damaged alone: every process still takes the
+  same path through orbax's barrier and kjax's gathers, and all of them
+  raise the same kind of error, or none does (`agree`).
 """
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import json
 import os
 import re
-import zlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
 from kjax import store_outage
 from kjax.checkpoint import fingerprint, storage
 from kjax.checkpoint.quiet import quiet_restore
+from kjax.checkpoint.records import DataRestore, DataSave, ProcessJsonHandler, make_record, \
+    read_records
 from kjax.errors import KjaxError
+from kjax.parallel.mesh import host_allgather
 
 ITEMS = ("state", "data")
 STEP_METADATA = "_CHECKPOINT_METADATA"
-RECORD = "kjax_checkpoint"   # marks a per-process record (iterator + fingerprints)
 policies = ocp.checkpoint_managers
 # TensorStore status codes and errors that say "cannot reach it now", not "it is broken".
 TRANSIENT = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "UNAUTHENTICATED", "ABORTED",
@@ -67,89 +70,69 @@ class UnreadableCheckpoint(KjaxError):
     """The storage refused or timed out: says nothing about the checkpoint itself."""
 
 
-def _process_file() -> str:
-    return f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+class _ReadFailed:
+    """What `StateReader.restore` hands back in place of raising."""
+
+    def __init__(self, error: Exception):
+        self.error = error
 
 
-def _crc(body: dict) -> int:
-    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
-
-
-class ProcessJsonHandler(ocp.AsyncCheckpointHandler):
-    """One JSON document per process, like grain's own orbax handler, but for a
-    plain dict (the iterator state and fingerprints), so restore can hand it
-    back before an iterator exists. The record may be a Future (the
-    fingerprints, summed while orbax copies the arrays): it is awaited and
-    written in orbax's commit phase, before the step is committed."""
-
-    def save(self, directory, args=None):
-        record = args.state.result() if hasattr(args.state, "result") else args.state
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / _process_file()).write_text(json.dumps(record))
-
-    async def async_save(self, directory, args=None):
-        async def write():
-            await asyncio.to_thread(self.save, directory, args)
-        return [ocp.future.CommitFutureAwaitingContractedSignals(write(), name="kjax_data")]
+class StateReader(ocp.StandardCheckpointHandler):
+    """orbax's handler for the train state, restoring, except that a failed
+    read is handed back, not raised. Each process reads only the shards its
+    devices hold, so one process can fail alone; raising would skip orbax's
+    barrier at the end of the restore, where the others then wait out its
+    300 s and fail with DEADLINE_EXCEEDED instead of agreeing that the step
+    is damaged. Saves go through orbax's own handler, which the step's
+    metadata names (Checkpointer)."""
 
     def restore(self, directory, args=None):
-        return read_records(directory)[0]
+        try:
+            return super().restore(directory, args=args)
+        except Exception as e:  # noqa: BLE001 - raised after the barrier, by Checkpointer.restore
+            return _ReadFailed(e)
 
 
-@ocp.args.register_with_handler(ProcessJsonHandler, for_save=True)
+@ocp.args.register_with_handler(StateReader, for_restore=True)
 @dataclasses.dataclass
-class DataSave(ocp.args.CheckpointArgs):
-    state: dict
-
-
-# Unused by kjax (restore reads the records itself, read_records), but orbax
-# wraps a handler without restore args as a legacy one and then rejects DataSave.
-@ocp.args.register_with_handler(ProcessJsonHandler, for_restore=True)
-@dataclasses.dataclass
-class DataRestore(ocp.args.CheckpointArgs):
+class StateRestore(ocp.args.StandardRestore):
     pass
 
 
-def read_records(directory) -> tuple[dict, list[dict] | None]:
-    """(this process's iterator state, every process's fingerprints or None).
-    A state saved by another process count is read from process 0's file:
-    kjax's loader counts positions in global batches. Checkpoints written
-    before fingerprints (a bare iterator state, or orbax's JsonSave `metadata`
-    file) give None: restored unverified."""
-    directory = epath.Path(directory)
-    files = sorted(directory.glob("process_*-of-*.json"))
-    if not files:
-        legacy = directory / "metadata"
-        if legacy.exists():
-            return json.loads(legacy.read_text()), None
-        raise ValueError(f"{directory} holds no process_*-of-*.json")
-    counts = {f.name.rsplit("-of-", 1)[1][:-5] for f in files}
-    if len(counts) != 1:
-        raise ValueError(f"{directory} mixes process counts {sorted(counts)}")
-    n = int(counts.pop())
-    records = {}
-    for i in range(n):
-        path = directory / f"process_{i}-of-{n}.json"
-        if not path.exists():
-            raise ValueError(f"{path.name} is missing")
-        try:
-            record = json.loads(path.read_text())
-        except ValueError:
-            raise ValueError(f"{path.name} is not valid JSON") from None
-        if isinstance(record, dict) and RECORD in record:
-            body = {k: v for k, v in record.items() if k != "crc32"}
-            if record.get("crc32") != _crc(body):
-                raise ValueError(f"{path.name} does not match its CRC32")
-        records[i] = record
-    own = records.get(jax.process_index()) if n == jax.process_count() else records[0]
-    if not all(isinstance(r, dict) and RECORD in r for r in records.values()):
-        return own, None  # written before fingerprints
-    return own["iterator"], [r["arrays"] for r in records.values()]
+DAMAGED, OTHER = 1, 2   # a process's verdict on a step it read; 0: it read it
+REASON_BYTES = 256
 
 
-def _record(sums: fingerprint.PendingSums, data_state) -> dict:
-    body = {RECORD: 1, "iterator": data_state, "arrays": sums.result()}
-    return {**body, "crc32": _crc(body)}
+def agree(path: str, error: Exception | None) -> None:
+    """Raises on every process if any process failed to read step `path`, on
+    none otherwise. The worst verdict wins: one process that could not reach
+    the store (or any other error) makes every process refuse the step
+    without calling it damaged, which would move it aside; a damaged read
+    makes every process call it damaged, naming the process and its reason.
+    A process whose own error is of that kind raises its own."""
+    code = 0 if error is None else DAMAGED if isinstance(error, DamagedCheckpoint) else OTHER
+    text = "" if error is None else error.reason if code == DAMAGED else str(error)
+    said = np.frombuffer(text.encode()[:REASON_BYTES].ljust(REASON_BYTES, b"\0"), np.uint8)
+    codes, texts = host_allgather((np.int32(code), said))
+    worst = int(codes.max())
+    if worst == 0:
+        return
+    if code == worst:
+        raise error
+    first = int(np.argmax(codes == worst))
+    theirs = f"process {first} of {len(codes)}: " + \
+        bytes(texts[first]).rstrip(b"\0").decode(errors="ignore")
+    if worst == DAMAGED:
+        raise DamagedCheckpoint(path, theirs)
+    raise UnreadableCheckpoint(theirs)
+
+
+def _attempt(read) -> Exception | None:
+    try:
+        read()
+    except Exception as e:  # noqa: BLE001 - every process agrees on it first (`agree`)
+        return e
+    return None
 
 
 @jax.jit
@@ -212,9 +195,17 @@ class Checkpointer:
         # The step last handed to orbax, and the one not yet seen committed.
         self.saving = self.pending = None
         self.verified = False  # whether the last restore had fingerprints to check
-        self.manager = ocp.CheckpointManager(self.directory, item_handlers={
-            "state": ocp.StandardCheckpointHandler(), "data": ProcessJsonHandler()},
-            options=options)
+        # The step's metadata names the handler registered last for an item:
+        # orbax's own for the state, so plain orbax reads a kjax checkpoint.
+        handlers = ocp.handlers.DefaultCheckpointHandlerRegistry()
+        data = ProcessJsonHandler()
+        for item, args, handler in (
+                ("state", StateRestore, StateReader()),
+                ("state", ocp.args.StandardSave, ocp.StandardCheckpointHandler()),
+                ("data", DataSave, data), ("data", DataRestore, data)):
+            handlers.add(item, args, handler)
+        self.manager = ocp.CheckpointManager(self.directory, handler_registry=handlers,
+                                             options=options)
 
     def step_path(self, step: int) -> str:
         return f"{self.directory}/{step}"
@@ -265,7 +256,7 @@ class Checkpointer:
         # Fingerprints: started here (views and dispatches, fingerprint.py),
         # summed on a second thread while orbax writes, and awaited in orbax's
         # commit phase by the data item's handler.
-        record = self._pool.submit(_record, fingerprint.PendingSums(state), data_state)
+        record = self._pool.submit(make_record, fingerprint.PendingSums(state), data_state)
         try:
             self.settle()
             storage.check_writable(self.directory, self.latest_step())
@@ -355,6 +346,14 @@ class Checkpointer:
             raise DamagedCheckpoint(path, "its array metadata (state/_METADATA) lists no arrays")
         return saved
 
+    def _check_config(self, step: int, abstract_state) -> None:
+        differences = config_differences(self.saved_shapes(step), _shapes(abstract_state))
+        if differences:
+            more = f" (and {len(differences) - 2} more)" if len(differences) > 2 else ""
+            raise ConfigMismatch(f"checkpoint {self.step_path(step)} is complete but was "
+                                 f"written with another config: {'; '.join(differences[:2])}"
+                                 f"{more}")
+
     def _read_error(self, step: int, e: BaseException, what: str) -> KjaxError:
         path, detail = self.step_path(step), _first_line(e)
         unreachable = storage.unreachable_error(e, path, None)
@@ -367,23 +366,25 @@ class Checkpointer:
         return DamagedCheckpoint(path, f"{what} ({detail})")
 
     def restore(self, step: int, abstract_state):
-        """(state, iterator state) of `step`, verified; see the exceptions above."""
+        """(state, iterator state) of `step`, verified; see the exceptions above.
+        Every process takes the same path, whatever it read (`agree`)."""
         path = self.step_path(step)
-        differences = config_differences(self.saved_shapes(step), _shapes(abstract_state))
-        if differences:
-            more = f" (and {len(differences) - 2} more)" if len(differences) > 2 else ""
-            raise ConfigMismatch(f"checkpoint {path} is complete but was written with another "
-                                 f"config: {'; '.join(differences[:2])}{more}")
+        agree(path, _attempt(lambda: self._check_config(step, abstract_state)))
         try:
             with quiet_restore():
                 state = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state)))["state"]
+                    state=StateRestore(abstract_state)))["state"]
+            if isinstance(state, _ReadFailed):
+                raise state.error
+            error = None
         except Exception as e:  # noqa: BLE001
-            raise self._read_error(step, e, "an array cannot be read") from None
-        try:
-            iterator, parts = read_records(epath.Path(path) / "data")
-        except Exception as e:  # noqa: BLE001
-            raise self._read_error(step, e, "the data item is unreadable") from None
+            error = self._read_error(step, e, "an array cannot be read")
+        if error is None:
+            try:
+                iterator, parts = read_records(epath.Path(path) / "data")
+            except Exception as e:  # noqa: BLE001
+                error = self._read_error(step, e, "the data item is unreadable")
+        agree(path, error)
         if parts is not None:
             bad = fingerprint.mismatches(fingerprint.total(parts),
                                          fingerprint.restored_sums(state))

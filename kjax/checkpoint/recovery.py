@@ -18,9 +18,10 @@
   moved aside, so running it again starts from step 0 (a deliberate rerun,
   never an automatic restart from scratch).
 
-Multi-process: every process attempts the same step; the verdict is agreed
-(any process failing fails the step for all), and process 0 moves the step
-while the others wait at a barrier. Paths go through etils.epath (gs:// too).
+Multi-process: every process attempts the same step and the verdict is
+agreed in the restore (manager.agree: any process failing fails the step
+for all); process 0 moves the step while the others wait at a barrier.
+Paths go through etils.epath (gs:// too).
 """
 from __future__ import annotations
 
@@ -28,12 +29,11 @@ import sys
 import time
 
 import jax
-import numpy as np
 from etils import epath
 
 from kjax.checkpoint.manager import Checkpointer, DamagedCheckpoint
 from kjax.errors import KjaxError
-from kjax.parallel.mesh import host_allgather, processes_meet
+from kjax.parallel.mesh import processes_meet
 
 DAMAGED_DIR = "damaged"
 
@@ -41,12 +41,6 @@ DAMAGED_DIR = "damaged"
 def warn(message: str) -> None:
     if jax.process_index() == 0:
         print(f"kjax: warning: {message}", file=sys.stderr, flush=True)
-
-
-def _agreed_failure(failed: bool) -> bool:
-    if jax.process_count() == 1:
-        return failed
-    return bool(np.any(host_allgather(np.int32(failed))))
 
 
 def _copy_tree(src: epath.Path, dst: epath.Path) -> None:
@@ -107,16 +101,15 @@ def restore_newest(checkpoints: Checkpointer, target, move_damaged: bool):
     damaged: list[str] = []
     for step in reversed(checkpoints.all_steps()):
         try:
-            result, error = checkpoints.restore(step, target), None
-        except DamagedCheckpoint as e:
-            result, error = None, e
-        if not _agreed_failure(error is not None):
+            state, iterator = checkpoints.restore(step, target)
+        except DamagedCheckpoint as e:   # raised on every process alike (manager.agree)
+            reason = e.reason
+        else:
             _note_unverified(checkpoints, step)
             if damaged:
                 warn(f"{'resuming from' if move_damaged else 'using'} step {step}, the "
                      f"newest checkpoint that verifies")
-            return (*result, step)
-        reason = error.reason if error is not None else "another process could not read it"
+            return state, iterator, step
         if move_damaged:
             where = move_aside(checkpoints, step)
             warn(f"checkpoint {checkpoints.step_path(step)} is damaged ({reason}); moved it "

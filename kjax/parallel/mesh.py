@@ -134,20 +134,19 @@ def processes_meet(name: str) -> None:
     distributed.global_state.client.wait_at_barrier(f"kjax/{name}", MEET_TIMEOUT_S * 1000)
 
 
-def host_allgather(value: np.ndarray) -> np.ndarray:
-    """Every process's `value`, stacked on a new first axis (jax's
-    `process_allgather`), once the processes have met (`processes_meet`). A
-    resume's host-side checks (its fingerprints, whether every process read
-    the step) are its first collectives, and a process that moved a damaged
-    step aside or read its arrays slower can reach them more than gloo's 30 s
-    after its peer. Every call meets at the one barrier name: a process that
-    failed a read early and one that went on still pass it together, and
-    their collectives disagree as they would without it."""
+def host_allgather(tree):
+    """Every process's arrays in `tree`, each stacked on a new first axis
+    (jax's `process_allgather`), once the processes have met
+    (`processes_meet`): gloo gives processes 30 s to form a communicator at
+    their first collective, and a resume's host-side checks can be a run's
+    first. Every call meets at the one barrier name, so callers must make
+    the same calls in the same order on every process (the checkpoint
+    restore does, whatever each process read: manager.agree)."""
     if jax.process_count() == 1:
-        return np.asarray(value)[None]
+        return jax.tree.map(lambda x: np.asarray(x)[None], tree)
     processes_meet("host_allgather")
     from jax.experimental import multihost_utils
-    return np.asarray(multihost_utils.process_allgather(value))
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree))
 
 
 def checkpoint_barriers_through_coordinator() -> None:
