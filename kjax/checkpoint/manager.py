@@ -70,16 +70,9 @@ class UnreadableCheckpoint(KjaxError):
     """The storage refused or timed out: says nothing about the checkpoint itself."""
 
 
-class _ReadFailed:
-    """What `StateReader.restore` hands back in place of raising."""
-
-    def __init__(self, error: Exception):
-        self.error = error
-
-
 class StateReader(ocp.StandardCheckpointHandler):
     """orbax's handler for the train state, restoring, except that a failed
-    read is handed back, not raised. Each process reads only the shards its
+    read's exception is returned, not raised. Each process reads only the shards its
     devices hold, so one process can fail alone; raising would skip orbax's
     barrier at the end of the restore, where the others then wait out its
     300 s and fail with DEADLINE_EXCEEDED instead of agreeing that the step
@@ -90,7 +83,7 @@ class StateReader(ocp.StandardCheckpointHandler):
         try:
             return super().restore(directory, args=args)
         except Exception as e:  # noqa: BLE001 - raised after the barrier, by Checkpointer.restore
-            return _ReadFailed(e)
+            return e
 
 
 @ocp.args.register_with_handler(StateReader, for_restore=True)
@@ -127,12 +120,12 @@ def agree(path: str, error: Exception | None) -> None:
     raise UnreadableCheckpoint(theirs)
 
 
-def _attempt(read) -> Exception | None:
+def _attempt(read):
+    """(read(), None), or (None, the exception it raised)."""
     try:
-        read()
+        return read(), None
     except Exception as e:  # noqa: BLE001 - every process agrees on it first (`agree`)
-        return e
-    return None
+        return None, e
 
 
 @jax.jit
@@ -354,6 +347,22 @@ class Checkpointer:
                                  f"written with another config: {'; '.join(differences[:2])}"
                                  f"{more}")
 
+    def _read(self, step: int, abstract_state):
+        """(state, iterator state, every process's fingerprints) as read by this process."""
+        try:
+            with quiet_restore():
+                state = self.manager.restore(step, args=ocp.args.Composite(
+                    state=StateRestore(abstract_state)))["state"]
+            if isinstance(state, Exception):   # StateReader's
+                raise state
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, "an array cannot be read") from None
+        try:
+            iterator, parts = read_records(epath.Path(self.step_path(step)) / "data")
+        except Exception as e:  # noqa: BLE001
+            raise self._read_error(step, e, "the data item is unreadable") from None
+        return state, iterator, parts
+
     def _read_error(self, step: int, e: BaseException, what: str) -> KjaxError:
         path, detail = self.step_path(step), _first_line(e)
         unreachable = storage.unreachable_error(e, path, None)
@@ -369,22 +378,10 @@ class Checkpointer:
         """(state, iterator state) of `step`, verified; see the exceptions above.
         Every process takes the same path, whatever it read (`agree`)."""
         path = self.step_path(step)
-        agree(path, _attempt(lambda: self._check_config(step, abstract_state)))
-        try:
-            with quiet_restore():
-                state = self.manager.restore(step, args=ocp.args.Composite(
-                    state=StateRestore(abstract_state)))["state"]
-            if isinstance(state, _ReadFailed):
-                raise state.error
-            error = None
-        except Exception as e:  # noqa: BLE001
-            error = self._read_error(step, e, "an array cannot be read")
-        if error is None:
-            try:
-                iterator, parts = read_records(epath.Path(path) / "data")
-            except Exception as e:  # noqa: BLE001
-                error = self._read_error(step, e, "the data item is unreadable")
+        agree(path, _attempt(lambda: self._check_config(step, abstract_state))[1])
+        read, error = _attempt(lambda: self._read(step, abstract_state))
         agree(path, error)
+        state, iterator, parts = read
         if parts is not None:
             bad = fingerprint.mismatches(fingerprint.total(parts),
                                          fingerprint.restored_sums(state))
